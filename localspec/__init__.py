@@ -1,0 +1,9 @@
+"""localspec: lossless speculative decoding for local LLMs on llama.cpp."""
+
+from localspec.api import Engine, GenerationResult
+from localspec.engine.loop import SpecConfig, StepEvent
+from localspec.engine.stats import Stats
+from localspec.errors import LocalspecError
+
+__all__ = ["Engine", "GenerationResult", "LocalspecError", "SpecConfig", "Stats", "StepEvent"]
+__version__ = "0.1.0"

@@ -1,0 +1,215 @@
+"""The Python API: ``Engine.load`` -> ``stream`` / ``generate`` -> ``close``.
+
+    from localspec import Engine
+
+    with Engine.load("qwen2.5-coder-0.5b", mode="ngram-simple") as engine:
+        result = engine.generate("def fib(n):", max_tokens=64)
+        print(result.text, result.stats.mean_acceptance_length)
+
+Every consumer (``localspec run``, the TUI, the server, probe, bench) reads the same
+``StepEvent`` stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localspec.drafters.base import Drafter
+from localspec.drafters.draft_model import DraftModelDrafter, check_vocab_compatible
+from localspec.drafters.ngram import NgramDrafter, NgramParams
+from localspec.engine.backend import Backend, BackendOptions
+from localspec.engine.costs import VerifyCost
+from localspec.engine.loop import SpecConfig, SpeculativeLoop, StepEvent
+from localspec.engine.prompting import Message, build_prompt
+from localspec.engine.stats import Stats
+from localspec.engine.verify import SamplingParams
+from localspec.errors import LocalspecError
+from localspec.sources import resolve_model
+
+MODES = ("none", "draft-model", "ngram-simple")
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    from_draft: list[bool]
+    finish_reason: str
+    stats: Stats
+    mode: str
+    margins: list[float] = field(default_factory=list)
+
+
+def resolve_mode(mode: str | None, has_draft: bool) -> str:
+    """No mode: draft-model when a draft is given, else ngram-simple. Check the combination."""
+    mode = mode or ("draft-model" if has_draft else "ngram-simple")
+    if mode not in MODES:
+        raise LocalspecError(f"unknown --mode '{mode}'", f"choose one of {', '.join(MODES)}")
+    if mode == "draft-model" and not has_draft:
+        raise LocalspecError("--mode draft-model needs a draft model",
+                             "give one with -md/--model-draft, or use --mode ngram-simple")
+    if mode != "draft-model" and has_draft:
+        raise LocalspecError(f"a draft model was given but --mode is {mode}, which does not use one",
+                             "drop -md/--model-draft, or use --mode draft-model")
+    return mode
+
+
+class Engine:
+    """A loaded target (and draft) ready to generate. Free it with ``close()`` or ``with``."""
+
+    def __init__(self, target: Backend, draft: Backend | None, mode: str,
+                 spec: SpecConfig, ngram: NgramParams) -> None:
+        self.target, self.draft, self.mode = target, draft, mode
+        self.spec, self.ngram = spec, ngram
+        self._cost: VerifyCost | None = None
+
+    def verify_cost(self, n_max: int | None = None) -> VerifyCost:
+        """The target's batch-size cost curve, measured on first use (about a second)."""
+        size = (n_max or self.spec.n_max) + 1
+        if self._cost is None or self._cost.sizes[-1] < size:
+            if self.target.n_past + size > self.target.n_ctx:
+                self.target.trim(0)
+            self._cost = VerifyCost.measure(self.target, size)
+        return self._cost
+
+    @classmethod
+    def load(
+        cls,
+        target: str | os.PathLike[str],
+        draft: str | os.PathLike[str] | None = None,
+        mode: str | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int | None = None,
+        n_gpu_layers_draft: int | None = None,
+        spec: SpecConfig | None = None,
+        ngram: NgramParams | None = None,
+    ) -> Engine:
+        """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name."""
+        mode = resolve_mode(mode, draft is not None)
+        spec = spec or SpecConfig()
+        spec.validate()
+        ngram = ngram or NgramParams()
+        validate_ngram(ngram)
+        target_path = resolve_model(target)
+        draft_path = resolve_model(draft) if draft is not None else None
+        target_backend = Backend(target_path, BackendOptions(n_ctx, n_threads, n_gpu_layers))
+        draft_backend = None
+        try:
+            if draft_path is not None:
+                draft_backend = Backend(
+                    draft_path, BackendOptions(n_ctx, n_threads, n_gpu_layers_draft))
+                check_vocab_compatible(target_backend, draft_backend)
+        except BaseException:
+            target_backend.close()
+            if draft_backend is not None:
+                draft_backend.close()
+            raise
+        return cls(target_backend, draft_backend, mode, spec, ngram)
+
+    def close(self) -> None:
+        self.target.close()
+        if self.draft is not None:
+            self.draft.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def target_path(self) -> Path:
+        return self.target.path
+
+    def tokenize_prompt(self, prompt: str | Sequence[Message], chat: bool = False,
+                        system: str | None = None) -> list[int]:
+        return build_prompt(self.target, prompt, chat or not isinstance(prompt, str), system)
+
+    def _drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter | None:
+        if mode == "ngram-simple":
+            return NgramDrafter(self.ngram)
+        if mode == "draft-model":
+            assert self.draft is not None
+            return DraftModelDrafter(self.draft, sampling, spec.p_min)
+        return None
+
+    def stream(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        max_tokens: int | None = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        chat: bool = False,
+        system: str | None = None,
+        mode: str | None = None,
+        spec: SpecConfig | None = None,
+        record_margins: bool = False,
+    ) -> Iterator[StepEvent]:
+        """Generate, yielding one ``StepEvent`` per round. ``mode`` may switch to "none" (or
+        to any mode the loaded models allow) for this call only."""
+        sampling = validate_sampling(temperature, top_k, top_p, min_p, seed)
+        if max_tokens is not None and max_tokens <= 0:
+            raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
+        mode = self.mode if mode is None else mode
+        if mode not in MODES or (mode == "draft-model" and self.draft is None):
+            raise LocalspecError(f"mode '{mode}' is not available with the loaded models",
+                                 f"use one of: none, ngram-simple{', draft-model' if self.draft else ''}")
+        spec = spec or self.spec
+        spec.validate()
+        tokens = self.tokenize_prompt(prompt, chat, system)
+        drafter = self._drafter(mode, sampling, spec)
+        cost = self.verify_cost(spec.n_max) if drafter is not None and spec.adaptive else None
+        loop = SpeculativeLoop(self.target, tokens, drafter, sampling, spec, max_tokens,
+                               stop, record_margins, cost)
+        try:
+            yield from loop.steps()
+        finally:
+            if drafter is not None:
+                drafter.close()
+
+    def generate(self, prompt: str | Sequence[Message], **kwargs: object) -> GenerationResult:
+        """Run ``stream`` to the end and gather the result."""
+        text, tokens, from_draft, margins = [], [], [], []
+        event = None
+        for event in self.stream(prompt, **kwargs):  # type: ignore[arg-type]
+            text.append(event.text)
+            tokens.extend(event.tokens)
+            from_draft.extend(event.from_draft)
+            margins.extend(event.margins)
+        assert event is not None
+        mode = str(kwargs.get("mode") or self.mode)
+        return GenerationResult("".join(text), tokens, from_draft,
+                                event.finish_reason or "stop", event.stats, mode, margins)
+
+
+def validate_sampling(temperature: float, top_k: int, top_p: float, min_p: float,
+                      seed: int | None) -> SamplingParams:
+    if temperature < 0:
+        raise LocalspecError(f"--temp must be >= 0 (got {temperature})", "0 means greedy")
+    if top_k < 0:
+        raise LocalspecError(f"--top-k must be >= 0 (got {top_k})", "0 turns it off")
+    if not 0.0 < top_p <= 1.0:
+        raise LocalspecError(f"--top-p must be within (0, 1] (got {top_p})", "1 turns it off")
+    if not 0.0 <= min_p <= 1.0:
+        raise LocalspecError(f"--min-p must be within [0, 1] (got {min_p})", "0 turns it off")
+    return SamplingParams(temperature, top_k, top_p, min_p, seed)
+
+
+def validate_ngram(params: NgramParams) -> None:
+    for flag, value in (("size-n", params.size_n), ("size-m", params.size_m),
+                        ("min-hits", params.min_hits), ("min-n", params.min_n)):
+        if value < 1:
+            raise LocalspecError(f"--spec-ngram-simple-{flag} must be >= 1 (got {value})")
+    if params.min_n > params.size_n:
+        raise LocalspecError(
+            f"--spec-ngram-simple-min-n ({params.min_n}) must not exceed size-n ({params.size_n})")

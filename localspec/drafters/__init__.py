@@ -1,0 +1,1 @@
+"""Drafters: where candidate tokens come from. One drafter per module behind ``Drafter``."""

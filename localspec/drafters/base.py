@@ -1,0 +1,41 @@
+"""The Drafter protocol: the one interface every drafting mode implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens, and the drafter's processed distribution for each (None: one-hot).
+
+    Deterministic drafters (n-gram lookup, greedy drafting) give no probabilities: the
+    verifier then treats q as one-hot, where rejection sampling and "sample and compare"
+    are the same rule."""
+
+    tokens: list[int] = field(default_factory=list)
+    probs: list[np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def truncated(self, n: int) -> Draft:
+        return Draft(self.tokens[:n], self.probs[:n] if self.probs is not None else None)
+
+
+class Drafter(Protocol):
+    name: str
+
+    def propose(self, context: Sequence[int], n_max: int) -> Draft:
+        """Draft up to ``n_max`` tokens that follow ``context`` (prompt + emitted tokens)."""
+        ...
+
+    def accepted(self, n_accepted: int) -> None:
+        """The target kept ``n_accepted`` tokens of the last draft; sync internal state."""
+        ...
+
+    def close(self) -> None: ...

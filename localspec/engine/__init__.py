@@ -1,0 +1,1 @@
+"""The speculative decoding engine: backend, loop, verification, statistics, adaptivity."""

@@ -1,0 +1,129 @@
+"""Adaptive speculation: pick the draft length that maximises measured throughput, and pause
+speculation when even the best length would be slower than plain decoding.
+
+The model is the one every speculative-decoding analysis uses. With per-position acceptance
+a_1..a_k (a_i = P(draft token i accepted | tokens before it accepted)), a round that drafts k
+tokens emits E(k) = 1 + sum_i prod_{j<=i} a_j tokens and costs draft(k) + verify(k + 1).
+All three are measured as the generation runs:
+
+* a_i: exponentially decayed counts per position (recent text matters most);
+* verify(n): the target's measured cost curve (``costs.VerifyCost``), rescaled online;
+* draft(k): decayed seconds per drafted token plus a fixed cost per round.
+
+The length chosen maximises E(k) / cost(k). If k = 0 (plain decoding) wins, speculation is
+paused; a single probe round is made after ``pause`` rounds, and the pause doubles while
+the probes keep losing, so a bad regime costs little and a good one is found again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.engine.costs import VerifyCost
+
+DECAY = 0.9  # weight of the past in the acceptance and cost estimates
+PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
+MIN_PAUSE, MAX_PAUSE = 4, 128
+
+
+@dataclass(frozen=True)
+class AdaptiveState:
+    n_draft_max: int
+    paused: bool
+    pauses: int
+
+
+class AdaptiveController:
+    def __init__(self, n_max: int, cost: VerifyCost | None, n_min: int = 0,
+                 enabled: bool = True) -> None:
+        self.n_max, self.n_min = n_max, n_min
+        self.enabled = enabled and cost is not None
+        self.cost = cost
+        self._accepted = np.zeros(n_max + 1)
+        self._tried = np.zeros(n_max + 1)
+        self._draft_per_token = 0.0
+        self._draft_fixed = 0.0
+        self._draft_seen = False
+        self.n_draft = n_max
+        self.paused = False
+        self.pauses = 0
+        self._pause_len = MIN_PAUSE
+        self._pause_left = 0
+
+    @property
+    def state(self) -> AdaptiveState:
+        return AdaptiveState(self.n_draft, self.paused, self.pauses)
+
+    def next_draft_length(self) -> int:
+        """How many tokens to draft this round (0: decode plainly)."""
+        if not self.enabled:
+            return self.n_max
+        if self.paused:
+            self._pause_left -= 1
+            if self._pause_left > 0:
+                return 0
+            return max(self.n_draft, 1)  # probe round
+        return self.n_draft
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+        """Record one round and choose the draft length for the next."""
+        if self.cost is not None:
+            self.cost.observe(n_drafted + 1, verify_s)
+        if n_drafted:
+            self._record_acceptance(n_drafted, n_accepted)
+            self._record_draft_cost(n_drafted, draft_s)
+        if not self.enabled:
+            return
+        best = self._best_length()
+        if best == 0:
+            if not self.paused or self._pause_left <= 0:
+                self._pause(probe_failed=self.paused)
+        else:
+            self.paused = False
+            self._pause_len = MIN_PAUSE
+            self.n_draft = best
+
+    def _pause(self, probe_failed: bool) -> None:
+        if not self.paused:
+            self.pauses += 1
+        self._pause_len = min(self._pause_len * 2, MAX_PAUSE) if probe_failed else MIN_PAUSE
+        self.paused = True
+        self._pause_left = self._pause_len
+
+    def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:
+        self._accepted *= DECAY
+        self._tried *= DECAY
+        # a_i is conditional: position i is only "tried" when every earlier one was accepted.
+        self._tried[: min(n_accepted + 1, n_drafted)] += 1
+        self._accepted[:n_accepted] += 1
+
+    def _record_draft_cost(self, n_drafted: int, draft_s: float) -> None:
+        per_token = draft_s / n_drafted
+        if not self._draft_seen:
+            self._draft_per_token, self._draft_seen = per_token, True
+        self._draft_per_token = DECAY * self._draft_per_token + (1 - DECAY) * per_token
+
+    def acceptance(self) -> np.ndarray:
+        """Estimated a_i for positions 1..n_max (conditional on the previous ones accepted).
+
+        A position seldom reached borrows the estimate of the one before it (acceptance is
+        similar from one position to the next), so a draft length that keeps being fully
+        accepted is extended without waiting for evidence that could never come."""
+        estimates = np.empty(self.n_max + 1)
+        prior = PRIOR_ACCEPT / PRIOR_TRIES
+        for i in range(self.n_max + 1):
+            estimates[i] = (self._accepted[i] + PRIOR_TRIES * prior) / (self._tried[i] + PRIOR_TRIES)
+            prior = estimates[i]
+        return estimates
+
+    def _best_length(self) -> int:
+        assert self.cost is not None
+        k = np.arange(self.n_max + 1)
+        a = self.acceptance()[: self.n_max]
+        expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(a))])
+        speed = expected / (self.cost(k + 1) + self._draft_per_token * k)
+        lengths = np.flatnonzero(k >= max(self.n_min, 1))
+        best = int(lengths[np.argmax(speed[lengths])]) if lengths.size else 0
+        return best if speed[best] > speed[0] else 0

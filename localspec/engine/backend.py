@@ -1,0 +1,260 @@
+"""One llama.cpp model and context, driven through the low-level ``llama_cpp`` C API.
+
+Why not ``llama_cpp.Llama``: speculative decoding needs logits for exactly the positions
+being verified (not ``logits_all``), zero-copy access to those rows, and a KV cache that can
+be cut back after a rejection. This class offers those three things and nothing more.
+
+The KV cache always holds ``tokens`` (positions 0 .. n_past-1); ``decode`` appends, ``trim``
+is the one place where it is cut back (``llama_memory_seq_rm``), and ``evaluate`` reuses the
+longest common prefix of what is cached (multi-turn chat, a drafter following the target).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from localspec.engine.llama_lib import ensure_initialised, recent_log
+from localspec.errors import LocalspecError
+from localspec.hardware import default_threads
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: physical cores
+    n_gpu_layers: int | None = None  # None: llama.cpp's default; 0 keeps everything on the CPU
+    n_batch: int = 512
+
+
+class Backend:
+    """A loaded model with one context and one sequence (seq id 0)."""
+
+    def __init__(self, path: Path, options: BackendOptions | None = None) -> None:
+        ensure_initialised()
+        self.path = path
+        self.options = options = options or BackendOptions()
+        self.model = self._load_model(path, options)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.ctx = self._new_context(options)
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.n_batch = options.n_batch
+        self.tokens: list[int] = []
+        self._batch = _Batch(self.n_batch)
+        self._pieces: dict[int, bytes] = {}
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for token in range(self.n_vocab):
+            self._eog[token] = llama_cpp.llama_vocab_is_eog(self.vocab, token)
+
+    # ----- loading -------------------------------------------------------------------------
+
+    @staticmethod
+    def _load_model(path: Path, options: BackendOptions) -> llama_cpp.llama_model_p:
+        params = llama_cpp.llama_model_default_params()
+        if options.n_gpu_layers is not None:
+            params.n_gpu_layers = options.n_gpu_layers
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            raise LocalspecError(
+                f"llama.cpp could not load {path}: {_diagnose_gguf(path) or recent_log()}",
+                "re-download the file (it may be truncated or corrupt), "
+                "or upgrade localspec if the architecture is newer than its llama.cpp",
+            )
+        return model
+
+    def _new_context(self, options: BackendOptions) -> llama_cpp.llama_context_p:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = options.n_ctx
+        params.n_batch = params.n_ubatch = options.n_batch
+        params.n_seq_max = 1
+        threads = options.n_threads or default_threads()
+        params.n_threads = params.n_threads_batch = threads
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self.model, params)
+        if not ctx:
+            llama_cpp.llama_model_free(self.model)
+            raise LocalspecError(
+                f"llama.cpp could not create a context of {options.n_ctx} tokens for "
+                f"{self.path}: {recent_log()}",
+                "lower the context size (-c) or free some memory",
+            )
+        return ctx
+
+    def close(self) -> None:
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+        self._batch.free()
+
+    # ----- decoding ------------------------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def evaluate(self, sequence: Sequence[int]) -> np.ndarray:
+        """Make the cache hold ``sequence`` and return the logits row after its last token,
+        decoding only what differs from what is already cached."""
+        keep = common_prefix_length(self.tokens, sequence)
+        keep = min(keep, len(sequence) - 1)  # the last token must be decoded for its logits
+        if keep < self.n_past:
+            self.trim(keep)
+        return self.decode(sequence[keep:])[0]
+
+    def decode(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Append ``tokens`` to the sequence; return logits rows (a view, valid until the next
+        call): one row per token if ``all_logits``, else the last token's row only."""
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise LocalspecError(
+                f"context full: {self.n_past} + {len(tokens)} tokens > {self.n_ctx}",
+                "raise the context size (-c) or shorten the prompt",
+            )
+        start = 0
+        while len(tokens) - start > self.n_batch:  # long prompts: chunks without logits
+            self._decode_chunk(tokens[start : start + self.n_batch], want=0)
+            start += self.n_batch
+        rest = tokens[start:]
+        n_rows = len(rest) if all_logits else 1
+        self._decode_chunk(rest, want=n_rows)
+        logits = llama_cpp.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(logits, shape=(n_rows, self.n_vocab))
+
+    def _decode_chunk(self, tokens: Sequence[int], want: int) -> None:
+        self._batch.fill(tokens, self.n_past, want)
+        rc = llama_cpp.llama_decode(self.ctx, self._batch.batch)
+        if rc != 0:
+            # llama_decode restores the memory on rc 1/-1; on other codes we re-sync by trimming.
+            self.trim(self.n_past)
+            raise LocalspecError(f"llama_decode failed with code {rc}: {recent_log()}")
+        self.tokens.extend(tokens)
+
+    def trim(self, n_keep: int) -> None:
+        """Forget every token at position >= n_keep. The only KV-cache rollback in localspec."""
+        if not llama_cpp.llama_memory_seq_rm(self.memory, 0, n_keep, -1):
+            raise LocalspecError(
+                f"{self.path.name}: this model's memory cannot roll back part of a sequence "
+                "(recurrent/hybrid architectures), so speculative decoding cannot verify drafts",
+                "use --mode none with this model",
+            )
+        del self.tokens[n_keep:]
+
+    # ----- vocabulary ----------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(
+            self.vocab, data, len(data), buf, capacity, add_special, parse_special
+        )
+        if n < 0:  # buffer too small: -n is the size needed
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(
+                self.vocab, data, len(data), buf, capacity, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as it appears in generated text (special tokens rendered)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, True)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    def token_text(self, token: int) -> str:
+        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    @property
+    def bos_token(self) -> int:
+        return llama_cpp.llama_vocab_bos(self.vocab)
+
+    @property
+    def eos_token(self) -> int:
+        return llama_cpp.llama_vocab_eos(self.vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
+
+    @property
+    def vocab_type(self) -> int:
+        return int(llama_cpp.llama_vocab_type(self.vocab))
+
+    @property
+    def n_layer(self) -> int:
+        return int(llama_cpp.llama_model_n_layer(self.model))
+
+
+class _Batch:
+    """A reusable ``llama_batch`` whose arrays are filled through numpy views (no per-token
+    ctypes calls on the hot path). Sequence ids are all 0 and are written once."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.batch = llama_cpp.llama_batch_init(capacity, 0, 1)
+        b = self.batch
+        self.token = np.ctypeslib.as_array(b.token, shape=(capacity,))
+        self.pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(b.logits, shape=(capacity,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))[:] = 1
+        for i in range(capacity):
+            b.seq_id[i][0] = 0
+
+    def fill(self, tokens: Sequence[int], start_pos: int, want_rows: int) -> None:
+        n = len(tokens)
+        self.token[:n] = tokens
+        self.pos[:n] = np.arange(start_pos, start_pos + n)
+        self.logits[:n] = 0
+        if want_rows:
+            self.logits[n - want_rows : n] = 1
+        self.batch.n_tokens = n
+
+    def free(self) -> None:
+        if self.capacity:
+            llama_cpp.llama_batch_free(self.batch)
+            self.capacity = 0
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _diagnose_gguf(path: Path) -> str | None:
+    """Explain why llama.cpp refused a file, when the file itself is the cause."""
+    from localspec.gguf_info import truncation_problem
+
+    return truncation_problem(path)

