@@ -41,6 +41,7 @@ class GenerationResult:
     stats: Stats
     mode: str
     margins: list[float] = field(default_factory=list)
+    runners_up: list[int] = field(default_factory=list)
 
 
 def resolve_mode(mode: str | None, has_draft: bool) -> str:
@@ -49,19 +50,29 @@ def resolve_mode(mode: str | None, has_draft: bool) -> str:
     if mode not in MODES:
         raise LocalspecError(f"unknown --mode '{mode}'", f"choose one of {', '.join(MODES)}")
     if mode == "draft-model" and not has_draft:
-        raise LocalspecError("--mode draft-model needs a draft model",
-                             "give one with -md/--model-draft, or use --mode ngram-simple")
+        raise LocalspecError(
+            "--mode draft-model needs a draft model",
+            "give one with -md/--model-draft, or use --mode ngram-simple",
+        )
     if mode != "draft-model" and has_draft:
-        raise LocalspecError(f"a draft model was given but --mode is {mode}, which does not use one",
-                             "drop -md/--model-draft, or use --mode draft-model")
+        raise LocalspecError(
+            f"a draft model was given but --mode is {mode}, which does not use one",
+            "drop -md/--model-draft, or use --mode draft-model",
+        )
     return mode
 
 
 class Engine:
     """A loaded target (and draft) ready to generate. Free it with ``close()`` or ``with``."""
 
-    def __init__(self, target: Backend, draft: Backend | None, mode: str,
-                 spec: SpecConfig, ngram: NgramParams) -> None:
+    def __init__(
+        self,
+        target: Backend,
+        draft: Backend | None,
+        mode: str,
+        spec: SpecConfig,
+        ngram: NgramParams,
+    ) -> None:
         self.target, self.draft, self.mode = target, draft, mode
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
@@ -102,7 +113,8 @@ class Engine:
         try:
             if draft_path is not None:
                 draft_backend = Backend(
-                    draft_path, BackendOptions(n_ctx, n_threads, n_gpu_layers_draft))
+                    draft_path, BackendOptions(n_ctx, n_threads, n_gpu_layers_draft)
+                )
                 check_vocab_compatible(target_backend, draft_backend)
         except BaseException:
             target_backend.close()
@@ -126,8 +138,9 @@ class Engine:
     def target_path(self) -> Path:
         return self.target.path
 
-    def tokenize_prompt(self, prompt: str | Sequence[Message], chat: bool = False,
-                        system: str | None = None) -> list[int]:
+    def tokenize_prompt(
+        self, prompt: str | Sequence[Message], chat: bool = False, system: str | None = None
+    ) -> list[int]:
         return build_prompt(self.target, prompt, chat or not isinstance(prompt, str), system)
 
     def _drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter | None:
@@ -162,15 +175,18 @@ class Engine:
             raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
         mode = self.mode if mode is None else mode
         if mode not in MODES or (mode == "draft-model" and self.draft is None):
-            raise LocalspecError(f"mode '{mode}' is not available with the loaded models",
-                                 f"use one of: none, ngram-simple{', draft-model' if self.draft else ''}")
+            raise LocalspecError(
+                f"mode '{mode}' is not available with the loaded models",
+                f"use one of: none, ngram-simple{', draft-model' if self.draft else ''}",
+            )
         spec = spec or self.spec
         spec.validate()
         tokens = self.tokenize_prompt(prompt, chat, system)
         drafter = self._drafter(mode, sampling, spec)
         cost = self.verify_cost(spec.n_max) if drafter is not None and spec.adaptive else None
-        loop = SpeculativeLoop(self.target, tokens, drafter, sampling, spec, max_tokens,
-                               stop, record_margins, cost)
+        loop = SpeculativeLoop(
+            self.target, tokens, drafter, sampling, spec, max_tokens, stop, record_margins, cost
+        )
         try:
             yield from loop.steps()
         finally:
@@ -179,21 +195,30 @@ class Engine:
 
     def generate(self, prompt: str | Sequence[Message], **kwargs: object) -> GenerationResult:
         """Run ``stream`` to the end and gather the result."""
-        text, tokens, from_draft, margins = [], [], [], []
+        text, tokens, from_draft, margins, runners_up = [], [], [], [], []
         event = None
         for event in self.stream(prompt, **kwargs):  # type: ignore[arg-type]
             text.append(event.text)
             tokens.extend(event.tokens)
             from_draft.extend(event.from_draft)
             margins.extend(event.margins)
+            runners_up.extend(event.runners_up)
         assert event is not None
         mode = str(kwargs.get("mode") or self.mode)
-        return GenerationResult("".join(text), tokens, from_draft,
-                                event.finish_reason or "stop", event.stats, mode, margins)
+        return GenerationResult(
+            "".join(text),
+            tokens,
+            from_draft,
+            event.finish_reason or "stop",
+            event.stats,
+            mode,
+            margins,
+        )
 
 
-def validate_sampling(temperature: float, top_k: int, top_p: float, min_p: float,
-                      seed: int | None) -> SamplingParams:
+def validate_sampling(
+    temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None
+) -> SamplingParams:
     if temperature < 0:
         raise LocalspecError(f"--temp must be >= 0 (got {temperature})", "0 means greedy")
     if top_k < 0:
@@ -206,10 +231,15 @@ def validate_sampling(temperature: float, top_k: int, top_p: float, min_p: float
 
 
 def validate_ngram(params: NgramParams) -> None:
-    for flag, value in (("size-n", params.size_n), ("size-m", params.size_m),
-                        ("min-hits", params.min_hits), ("min-n", params.min_n)):
+    for flag, value in (
+        ("size-n", params.size_n),
+        ("size-m", params.size_m),
+        ("min-hits", params.min_hits),
+        ("min-n", params.min_n),
+    ):
         if value < 1:
             raise LocalspecError(f"--spec-ngram-simple-{flag} must be >= 1 (got {value})")
     if params.min_n > params.size_n:
         raise LocalspecError(
-            f"--spec-ngram-simple-min-n ({params.min_n}) must not exceed size-n ({params.size_n})")
+            f"--spec-ngram-simple-min-n ({params.min_n}) must not exceed size-n ({params.size_n})"
+        )

@@ -186,7 +186,11 @@ def _parse_mirror(index: int, name: str, raw: Any, errors: _EntryErrors) -> Mirr
     packages, chunks = raw.get("packages"), raw.get("chunks")
     for field, value in (("packages", packages), ("chunks", chunks)):
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            raise errors.error(index, name, f"mirror.{field}", "must be a non-empty list of strings")
+            raise errors.error(
+                index, name, f"mirror.{field}", "must be a non-empty list of strings"
+            )
+    if len(packages) != len(chunks):
+        raise errors.error(index, name, "mirror.chunks", "must name one chunk per package")
     if not all("==" in p for p in packages):
         raise errors.error(index, name, "mirror.packages", "must pin versions (name==version)")
     return Mirror(packages=tuple(packages), chunks=tuple(chunks))

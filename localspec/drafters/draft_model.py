@@ -82,7 +82,9 @@ def check_vocab_compatible(target: Backend, draft: Backend) -> None:
     if target.vocab_type != draft.vocab_type:
         raise LocalspecError(
             f"incompatible draft ({where}): vocabulary types differ "
-            f"({draft.vocab_type} vs {target.vocab_type})", hint)
+            f"({draft.vocab_type} vs {target.vocab_type})",
+            hint,
+        )
     for what, get_add, get_tok in (
         ("BOS", "add_bos", "bos_token"),
         ("EOS", "add_eos", "eos_token"),
@@ -92,16 +94,20 @@ def check_vocab_compatible(target: Backend, draft: Backend) -> None:
         if t_add != d_add or (t_add and t_tok != d_tok):
             raise LocalspecError(
                 f"incompatible draft ({where}): {what} differs (added: {d_add} vs {t_add}, "
-                f"token: {d_tok} vs {t_tok})", hint)
+                f"token: {d_tok} vs {t_tok})",
+                hint,
+            )
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > VOCAB_MAX_SIZE_DIFFERENCE:
         raise LocalspecError(
             f"incompatible draft ({where}): vocabulary sizes differ by {diff} "
             f"({draft.n_vocab} vs {target.n_vocab}; at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)",
-            hint)
+            hint,
+        )
     for token in range(VOCAB_CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
         t_text, d_text = target.token_text(token), draft.token_text(token)
         if t_text != d_text:
             raise LocalspecError(
-                f"incompatible draft ({where}): token {token} differs "
-                f"({d_text!r} vs {t_text!r})", hint)
+                f"incompatible draft ({where}): token {token} differs ({d_text!r} vs {t_text!r})",
+                hint,
+            )

@@ -36,8 +36,9 @@ class AdaptiveState:
 
 
 class AdaptiveController:
-    def __init__(self, n_max: int, cost: VerifyCost | None, n_min: int = 0,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self, n_max: int, cost: VerifyCost | None, n_min: int = 0, enabled: bool = True
+    ) -> None:
         self.n_max, self.n_min = n_max, n_min
         self.enabled = enabled and cost is not None
         self.cost = cost
@@ -114,7 +115,9 @@ class AdaptiveController:
         estimates = np.empty(self.n_max + 1)
         prior = PRIOR_ACCEPT / PRIOR_TRIES
         for i in range(self.n_max + 1):
-            estimates[i] = (self._accepted[i] + PRIOR_TRIES * prior) / (self._tried[i] + PRIOR_TRIES)
+            estimates[i] = (self._accepted[i] + PRIOR_TRIES * prior) / (
+                self._tried[i] + PRIOR_TRIES
+            )
             prior = estimates[i]
         return estimates
 

@@ -150,7 +150,9 @@ class Backend:
 
     # ----- vocabulary ----------------------------------------------------------------------
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 16
         buf = (llama_cpp.llama_token * capacity)()

@@ -53,8 +53,9 @@ class VerifyCost:
         inside = np.interp(batch, self.sizes, self.seconds)
         if self.sizes.size > 1:
             slope = (self.seconds[-1] - self.seconds[-2]) / (self.sizes[-1] - self.sizes[-2])
-            inside = np.where(batch > self.sizes[-1],
-                              self.seconds[-1] + slope * (batch - self.sizes[-1]), inside)
+            inside = np.where(
+                batch > self.sizes[-1], self.seconds[-1] + slope * (batch - self.sizes[-1]), inside
+            )
         return inside * self._ratio
 
     def observe(self, batch: int, seconds: float) -> None:

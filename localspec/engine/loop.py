@@ -46,7 +46,9 @@ class SpecConfig:
         if not 0 <= self.n_min <= self.n_max:
             raise LocalspecError(
                 f"--spec-draft-n-min ({self.n_min}) must be between 0 and "
-                f"--spec-draft-n-max ({self.n_max})", "lower n-min or raise n-max")
+                f"--spec-draft-n-max ({self.n_max})",
+                "lower n-min or raise n-max",
+            )
         if not 0.0 <= self.p_min <= 1.0:
             raise LocalspecError(f"--spec-draft-p-min must be within [0, 1] (got {self.p_min})")
 
@@ -55,7 +57,8 @@ class SpecConfig:
 class StepEvent:
     """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
     token the target accepted. ``margins`` (only when asked for) is the target's top-2 logit
-    gap at each emitted token, for tie-aware comparisons."""
+    gap at each emitted token and ``runners_up`` its second-best token, for tie-aware
+    comparisons."""
 
     text: str
     tokens: tuple[int, ...]
@@ -63,11 +66,15 @@ class StepEvent:
     stats: Stats
     finish_reason: str | None = None
     margins: tuple[float, ...] = ()
+    runners_up: tuple[int, ...] = ()
 
 
-def top2_gap(row: np.ndarray) -> float:
-    top = np.partition(row, -2)[-2:]
-    return float(abs(top[1] - top[0]))
+def top2(row: np.ndarray) -> tuple[float, int]:
+    """The gap between the two best logits, and the second-best token."""
+    best, second = np.argpartition(row, -2)[-2:][::-1]
+    if row[second] > row[best]:
+        best, second = second, best
+    return float(row[best] - row[second]), int(second)
 
 
 class SpeculativeLoop:
@@ -89,7 +96,8 @@ class SpeculativeLoop:
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
                 f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx}",
-                "shorten the prompt or raise the context size (-c / --ctx-size)")
+                "shorten the prompt or raise the context size (-c / --ctx-size)",
+            )
         if not prompt:
             raise LocalspecError("the prompt is empty", "give some text to continue")
         self.target = target
@@ -109,7 +117,9 @@ class SpeculativeLoop:
         n_draft = c.n_draft if self.drafter is not None else 0
         return self.recorder.snapshot(n_draft, c.paused, c.pauses)
 
-    def _event(self, tokens: list[int], from_draft: list[bool], margins: list[float]) -> StepEvent:
+    def _event(
+        self, tokens: list[int], from_draft: list[bool], tops: list[tuple[float, int]]
+    ) -> StepEvent:
         self.recorder.n_tokens = len(self.output.tokens)
         return StepEvent(
             text=self.output.take_text(),
@@ -117,7 +127,8 @@ class SpeculativeLoop:
             from_draft=tuple(from_draft),
             stats=self._snapshot(),
             finish_reason=self.output.finish_reason,
-            margins=tuple(margins),
+            margins=tuple(gap for gap, _ in tops),
+            runners_up=tuple(token for _, token in tops),
         )
 
     def _choose(self, row: np.ndarray) -> int:
@@ -129,7 +140,7 @@ class SpeculativeLoop:
         row = self.target.evaluate(self.prompt)
         self.recorder.t_prefilled = time.perf_counter()
         last = self._choose(row)
-        margins = [top2_gap(row)] if self.record_margins else []
+        margins = [top2(row)] if self.record_margins else []
         emitted = self.output.push(last)
         self.recorder.t_first = time.perf_counter()
         yield self._event([last] if emitted else [], [False] if emitted else [], margins)
@@ -165,8 +176,9 @@ class SpeculativeLoop:
             n_acc, chosen = accept_greedy(draft.tokens, rows)
         else:
             n_acc, chosen = accept_sampling(
-                draft.tokens, draft.probs, rows, self.sampling, self.rng)
-        margins = [top2_gap(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
+                draft.tokens, draft.probs, rows, self.sampling, self.rng
+            )
+        margins = [top2(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
         if n_acc < len(draft):
             self.target.trim(n_past + 1 + n_acc)
         t2 = time.perf_counter()

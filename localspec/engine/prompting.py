@@ -29,7 +29,8 @@ def messages_from(prompt: str | Sequence[Message], system: str | None = None) ->
             if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise LocalspecError(
                     f"chat message #{i + 1} needs string fields 'role' and 'content'",
-                    'use [{"role": "user", "content": "..."}]')
+                    'use [{"role": "user", "content": "..."}]',
+                )
     if system and not (messages and messages[0]["role"] == "system"):
         messages.insert(0, {"role": "system", "content": system})
     return messages
@@ -50,7 +51,8 @@ def build_prompt(
     except Exception as exc:  # template errors come from user-supplied GGUF metadata
         raise LocalspecError(
             f"the chat template of {backend.path.name} failed: {exc}",
-            "run without --chat to send the prompt as raw text") from None
+            "run without --chat to send the prompt as raw text",
+        ) from None
     text = rendered.prompt
     # A template that writes the BOS token itself must not get a second one from the tokenizer.
     # End-of-turn tokens need no stop string: they are end-of-generation tokens for llama.cpp.

@@ -39,7 +39,9 @@ class Stats:
 
     @property
     def acceptance_per_position(self) -> tuple[float, ...]:
-        return tuple(a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at))
+        return tuple(
+            a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at, strict=True)
+        )
 
     @property
     def mean_acceptance_length(self) -> float:

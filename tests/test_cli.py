@@ -1,0 +1,104 @@
+"""`localspec run` as users run it: output, JSON, --compare, and every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.cli import main
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localspec", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=900,
+    )
+
+
+def test_run_json_compare_on_code_edit(qwen_path: Path) -> None:
+    done = run_cli("run", str(qwen_path), "-n", "64", "--json", "--compare")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["mode"] == "ngram-simple" and report["n_tokens"] == 64
+    assert report["finish_reason"] == "length"
+    assert report["stats"]["drafted"] > 0 and report["stats"]["accepted"] > 0
+    assert report["speedup"] > 0 and report["plain_tokens_per_s"] > 0
+    assert report["lossless"]["identical"] or report["lossless"]["near_tie"]
+    for key in (
+        "acceptance_rate",
+        "acceptance_per_position",
+        "mean_acceptance_length",
+        "rounds",
+        "draft_ms",
+        "verify_ms",
+        "ttft_ms",
+        "tokens_per_s",
+    ):
+        assert key in report["stats"]
+
+
+def test_run_streams_text(smollm_path: Path) -> None:
+    done = run_cli(
+        "run", str(smollm_path), "-p", "The capital of France is", "-n", "8", "--mode", "none"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "[none] 8 tokens" in done.stderr
+
+
+@pytest.fixture
+def bad_files(tmp_path: Path, smollm_path: Path) -> dict[str, Path]:
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello, not a model")
+    truncated = tmp_path / "truncated.gguf"
+    with smollm_path.open("rb") as src:
+        truncated.write_bytes(src.read(3_000_000))
+    return {"text": text, "truncated": truncated}
+
+
+def error_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 2
+    return capsys.readouterr().err
+
+
+def test_bad_model_inputs(capsys, tmp_path: Path, bad_files, qwen_path, smollm_path) -> None:  # type: ignore[no-untyped-def]
+    assert "model file not found" in error_of(capsys, "run", str(tmp_path / "nope.gguf"))
+    assert "is not a GGUF file" in error_of(capsys, "run", str(bad_files["text"]))
+    assert "truncated" in error_of(capsys, "run", str(bad_files["truncated"]))
+    assert "did you mean" in error_of(capsys, "run", "qwen2.5-coder")
+    err = error_of(capsys, "run", str(qwen_path), "-md", str(smollm_path), "-n", "4")
+    assert "incompatible draft" in err and "vocabulary" in err
+
+
+def test_bad_flag_combinations(capsys, qwen_path) -> None:  # type: ignore[no-untyped-def]
+    q = str(qwen_path)
+    assert "does not use one" in error_of(capsys, "run", q, "-md", q, "--mode", "ngram-simple")
+    assert "needs a draft model" in error_of(capsys, "run", q, "--mode", "draft-model")
+    assert "--spec-draft-n-min" in error_of(
+        capsys, "run", q, "--spec-draft-n-max", "2", "--spec-draft-n-min", "4"
+    )
+    assert "--spec-draft-p-min" in error_of(capsys, "run", q, "--spec-draft-p-min", "1.5")
+    assert "--temp must be >= 0" in error_of(capsys, "run", q, "--temp", "-1")
+    assert "unknown --mode" in error_of(capsys, "run", q, "--mode", "fast")
+    assert "cannot read the prompt file" in error_of(capsys, "run", q, "-f", "/nonexistent")
+
+
+def test_prompt_longer_than_context(capsys, qwen_path) -> None:  # type: ignore[no-untyped-def]
+    err = error_of(capsys, "run", str(qwen_path), "-c", "64", "-p", "word " * 200)
+    assert "context holds 64" in err and "--ctx-size" in err
+
+
+def test_malformed_catalog_from_the_cli(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "models.toml"
+    bad.write_text('default_model = "a"\n\n[[model]]\nname = "a"\nrepo = 5\nfile = "a.gguf"\n')
+    monkeypatch.setenv("LOCALSPEC_CATALOG", str(bad))
+    err = error_of(capsys, "run", "a")
+    assert f"{bad}:3: model 'a': field 'repo' must be a string" in err

@@ -1,0 +1,95 @@
+"""Generation edge cases on the real model: sampling seeds, stops inside accepted drafts,
+limits, a full context, cancellation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localspec import Engine, LocalspecError, SpecConfig
+from localspec.prompts import builtin_prompts
+
+CODE_EDIT = builtin_prompts()[0].text
+
+
+def test_seeded_sampling_is_reproducible(qwen: Engine, qwen_self_draft: Engine) -> None:
+    for engine in (qwen, qwen_self_draft):
+        runs = [
+            engine.generate(
+                CODE_EDIT, chat=True, max_tokens=48, temperature=0.8, top_p=0.95, seed=42
+            )
+            for _ in range(2)
+        ]
+        assert runs[0].tokens == runs[1].tokens
+        assert runs[0].stats.drafted > 0
+    other = qwen.generate(CODE_EDIT, chat=True, max_tokens=48, temperature=0.8, top_p=0.95, seed=7)
+    assert other.tokens != runs[0].tokens or other.text == runs[0].text
+
+
+def test_stop_string_inside_accepted_draft_ends_there(qwen: Engine) -> None:
+    stop = "def low_stock"
+    spec = list(qwen.stream(CODE_EDIT, chat=True, max_tokens=400, stop=[stop]))
+    plain = qwen.generate(CODE_EDIT, chat=True, max_tokens=400, stop=[stop], mode="none")
+    text = "".join(e.text for e in spec)
+    last = spec[-1]
+    assert last.finish_reason == "stop"
+    assert stop not in text and text == plain.text
+    assert text.rstrip().endswith("return items")
+    assert any(last.from_draft), "the stop should fall inside an accepted draft here"
+    tokens = [t for e in spec for t in e.tokens]
+    from_draft = [f for e in spec for f in e.from_draft]
+    assert last.stats.n_tokens == len(tokens) == len(plain.tokens)
+    assert last.stats.accepted == sum(from_draft)
+
+
+def test_eos_inside_accepted_draft_ends_there(qwen_self_draft: Engine) -> None:
+    prompt = "Reply with exactly one word: yes"
+    events = list(
+        qwen_self_draft.stream(
+            prompt, chat=True, max_tokens=64, spec=SpecConfig(n_max=8, adaptive=False)
+        )
+    )
+    plain = qwen_self_draft.generate(prompt, chat=True, max_tokens=64, mode="none")
+    tokens = [t for e in events for t in e.tokens]
+    assert events[-1].finish_reason == "stop"
+    assert tokens == plain.tokens and len(tokens) < 10
+    assert events[-1].stats.accepted == sum(f for e in events for f in e.from_draft)
+    # the drafter proposed the end of turn: the round that ended carried drafted tokens
+    assert events[-1].stats.drafted > events[-1].stats.accepted or any(events[-1].from_draft)
+
+
+def test_max_tokens_is_never_exceeded(qwen: Engine) -> None:
+    for n in (1, 5, 33):
+        r = qwen.generate(CODE_EDIT, chat=True, max_tokens=n)
+        assert len(r.tokens) == n and r.finish_reason == "length"
+
+
+def test_full_context_while_drafting_ends_with_length(qwen_path: Path) -> None:
+    prompt = "one two three four five six seven eight nine ten " * 12
+    with Engine.load(qwen_path, n_ctx=256) as engine:
+        n_prompt = len(engine.tokenize_prompt(prompt))
+        r = engine.generate(prompt, max_tokens=None)
+        assert r.finish_reason == "length"
+        assert r.stats.drafted > 0
+        assert n_prompt + len(r.tokens) <= engine.target.n_ctx + 1
+        assert engine.target.n_past <= engine.target.n_ctx
+        with pytest.raises(LocalspecError, match="context holds 256"):
+            engine.generate(prompt * 3)
+
+
+def test_cancelled_stream_leaves_engine_consistent(qwen: Engine) -> None:
+    full = qwen.generate(CODE_EDIT, chat=True, max_tokens=40)
+    stream = qwen.stream(CODE_EDIT, chat=True, max_tokens=400)
+    next(stream)
+    next(stream)
+    stream.close()
+    again = qwen.generate(CODE_EDIT, chat=True, max_tokens=40)
+    assert again.tokens == full.tokens
+
+
+def test_chat_messages_and_utf8(qwen: Engine) -> None:
+    r = qwen.generate(
+        [{"role": "user", "content": "Écris « bonjour » en français."}], max_tokens=16
+    )
+    assert "\ufffd" not in r.text and r.text.strip()

@@ -1,0 +1,16 @@
+from localspec.lossless import compare
+
+
+def test_identical_and_shorter_are_identical() -> None:
+    assert compare([1, 2, 3], [5, 5, 5], [1, 2, 3]).identical
+    assert compare([1, 2, 3], [5, 5, 5], [1, 2]).identical
+
+
+def test_divergence_at_near_tie_to_runner_up_is_ok() -> None:
+    report = compare([1, 2, 3], [5.0, 0.05, 5.0], [1, 9, 3], plain_runners_up=[0, 9, 0])
+    assert not report.identical and report.first_divergence == 1 and report.ok
+
+
+def test_divergence_elsewhere_is_not_ok() -> None:
+    assert not compare([1, 2, 3], [5.0, 2.0, 5.0], [1, 9, 3], [0, 9, 0]).ok  # big gap
+    assert not compare([1, 2, 3], [5.0, 0.05, 5.0], [1, 7, 3], [0, 9, 0]).ok  # not runner-up

@@ -1,0 +1,33 @@
+import numpy as np
+
+from localspec.drafters.ngram import NgramDrafter, NgramParams, find_last_match
+
+
+def test_last_match_is_the_most_recent_earlier_occurrence() -> None:
+    history = np.array([1, 2, 3, 9, 1, 2, 3, 8, 5, 1, 2, 3])
+    assert find_last_match(history, 3) == 4  # not 9: that is the key itself
+    assert find_last_match(history, 3, min_hits=2) == 4
+    assert find_last_match(history, 3, min_hits=3) is None
+    assert find_last_match(np.array([1, 2, 3]), 3) is None
+
+
+def test_draft_copies_what_followed_the_match() -> None:
+    drafter = NgramDrafter(NgramParams(size_n=3, size_m=4, min_n=3))
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    assert drafter.propose(context, 16).tokens == [4, 5, 6, 7]  # size_m caps it
+    assert drafter.propose(context, 2).tokens == [4, 5]  # n_max caps it
+    assert drafter.propose([*context, 99], 16).tokens == []  # no match for (2, 3, 99)
+
+
+def test_shorter_keys_are_tried_down_to_min_n() -> None:
+    context = [7, 1, 2, 3, 4, 5, 6, 50, 51, 52, 3]
+    exact = NgramDrafter(NgramParams(size_n=3, size_m=8, min_n=3))
+    assert exact.propose(context, 8).tokens == []
+    fallback = NgramDrafter(NgramParams(size_n=3, size_m=8, min_n=1))
+    assert fallback.propose(context, 8).tokens == [4, 5, 6, 50, 51, 52, 3]
+
+
+def test_history_follows_a_new_context() -> None:
+    drafter = NgramDrafter(NgramParams(size_n=2, size_m=3, min_n=2))
+    assert drafter.propose([1, 2, 3, 1, 2], 8).tokens == [3, 1, 2]
+    assert drafter.propose([5, 6, 7, 5, 6], 8).tokens == [7, 5, 6]  # not stale history
