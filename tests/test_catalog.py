@@ -16,7 +16,7 @@ def test_builtin_catalog_has_the_required_models() -> None:
 
 
 def test_unknown_name_suggests_close_ones() -> None:
-    with pytest.raises(LocalspecError, match="did you mean qwen2.5-coder-0.5b"):
+    with pytest.raises(LocalspecError, match=r"did you mean qwen2\.5-coder-0\.5b"):
         load_catalog().get("qwen2.5-coder-0.5")
 
 

@@ -92,8 +92,10 @@ def test_bad_flag_combinations(capsys, qwen_path) -> None:  # type: ignore[no-un
 
 
 def test_prompt_longer_than_context(capsys, qwen_path) -> None:  # type: ignore[no-untyped-def]
-    err = error_of(capsys, "run", str(qwen_path), "-c", "64", "-p", "word " * 200)
-    assert "context holds 64" in err and "--ctx-size" in err
+    err = error_of(capsys, "run", str(qwen_path), "-c", "256", "-p", "word " * 400)
+    assert "context holds 256" in err and "--ctx-size" in err
+    # a prompt that fits a small context (batches are capped to it) still runs
+    assert main(["run", str(qwen_path), "-c", "256", "-p", "word " * 200, "-n", "4"]) == 0
 
 
 def test_malformed_catalog_from_the_cli(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

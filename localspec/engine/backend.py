@@ -45,7 +45,8 @@ class Backend:
         self.ctx = self._new_context(options)
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
-        self.n_batch = options.n_batch
+        # llama.cpp caps the batch at the context size: ask it rather than trust the request.
+        self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.tokens: list[int] = []
         self._batch = _Batch(self.n_batch)
         self._pieces: dict[int, bytes] = {}

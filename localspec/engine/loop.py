@@ -156,7 +156,7 @@ class SpeculativeLoop:
         if self.drafter is None:
             return 0
         k = self.control.next_draft_length()
-        room = self.target.n_ctx - self.target.n_past - 1
+        room = min(self.target.n_ctx - self.target.n_past, self.target.n_batch) - 1
         if self.max_tokens is not None:
             room = min(room, self.max_tokens - len(self.output.tokens) - 1)
         return max(0, min(k, room))
