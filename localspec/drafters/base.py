@@ -30,6 +30,11 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A generation starts: process the prompt now (timed as prompt processing, so the
+        per-round draft cost the adaptive controller sees is the cost of drafting)."""
+        ...
+
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         """Draft up to ``n_max`` tokens that follow ``context`` (prompt + emitted tokens)."""
         ...

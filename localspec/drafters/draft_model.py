@@ -36,6 +36,9 @@ class DraftModelDrafter:
         self.p_min = p_min
         self.rng = rng or np.random.default_rng(sampling.seed)
 
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.backend.evaluate(prompt)
+
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         if n_max <= 0:
             return Draft()

@@ -39,6 +39,9 @@ class NgramDrafter:
         self._history = np.zeros(0, dtype=np.int32)
         self._known: list[int] = []  # the context the history array was built from
 
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._sync(prompt)
+
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         history = self._sync(context)
         size_m = min(self.params.size_m, n_max)

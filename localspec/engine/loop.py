@@ -138,6 +138,8 @@ class SpeculativeLoop:
 
     def steps(self) -> Iterator[StepEvent]:
         row = self.target.evaluate(self.prompt)
+        if self.drafter is not None:
+            self.drafter.begin(self.prompt)
         self.recorder.t_prefilled = time.perf_counter()
         last = self._choose(row)
         margins = [top2(row)] if self.record_margins else []

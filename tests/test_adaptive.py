@@ -1,0 +1,55 @@
+"""The adaptive controller on synthetic costs: pure logic, no llama.cpp."""
+
+import numpy as np
+
+from localspec.engine.adaptive import AdaptiveController
+from localspec.engine.costs import VerifyCost
+
+SIZES = np.array([1, 2, 4, 8, 16, 32, 49])
+CPU = VerifyCost(SIZES, 0.022 + 0.008 * (SIZES - 1))  # compute-bound: a batch costs more
+GPU = VerifyCost(SIZES, 0.010 + 0.0002 * (SIZES - 1))  # memory-bound: a batch costs the same
+
+
+def drive(ctl: AdaptiveController, cost: VerifyCost, accept, rounds: int = 60) -> list[int]:
+    lengths = []
+    for _ in range(rounds):
+        k = ctl.next_draft_length()
+        ctl.observe(k, accept(k), 0.0, float(cost(np.array([k + 1]))[0]))
+        lengths.append(k)
+    return lengths
+
+
+def test_pauses_when_nothing_is_accepted_and_probes_rarely() -> None:
+    ctl = AdaptiveController(16, VerifyCost(SIZES, CPU.seconds.copy()))
+    drive(ctl, CPU, lambda k: 0)
+    assert ctl.paused and ctl.pauses >= 1
+    lengths = drive(ctl, CPU, lambda k: 0, 200)
+    assert lengths.count(0) >= 190  # nearly all plain rounds, with rare probes
+
+
+def test_full_acceptance_drafts_long_on_cpu() -> None:
+    ctl = AdaptiveController(48, VerifyCost(SIZES, CPU.seconds.copy()))
+    drive(ctl, CPU, lambda k: k)
+    assert not ctl.paused and ctl.n_draft >= 24
+
+
+def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
+    rng = np.random.default_rng(0)
+
+    def geometric(k: int, a: float = 0.6) -> int:
+        n = 0
+        while n < k and rng.random() < a:
+            n += 1
+        return n
+
+    cpu = AdaptiveController(16, VerifyCost(SIZES, CPU.seconds.copy()))
+    gpu = AdaptiveController(16, VerifyCost(SIZES, GPU.seconds.copy()))
+    drive(cpu, CPU, geometric, 200)
+    drive(gpu, GPU, geometric, 200)
+    assert gpu.n_draft > cpu.n_draft
+
+
+def test_disabled_controller_always_drafts_n_max() -> None:
+    ctl = AdaptiveController(8, CPU, enabled=False)
+    drive(ctl, CPU, lambda k: 0)
+    assert ctl.next_draft_length() == 8 and not ctl.paused
