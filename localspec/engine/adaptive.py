@@ -26,6 +26,7 @@ from localspec.engine.costs import VerifyCost
 DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
 MIN_PAUSE, MAX_PAUSE = 4, 128
+PROBE_LENGTH = 4
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class AdaptiveController:
             self._pause_left -= 1
             if self._pause_left > 0:
                 return 0
-            return max(self.n_draft, 1)  # probe round
+            return min(self.n_draft, PROBE_LENGTH)  # a short probe: cheap when it fails again
         return self.n_draft
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
