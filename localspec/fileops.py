@@ -31,11 +31,6 @@ def atomic_path(dest: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_text_atomic(dest: Path, text: str) -> None:
-    with atomic_path(dest) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
