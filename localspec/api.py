@@ -20,6 +20,7 @@ from pathlib import Path
 from localspec.drafters.base import Drafter
 from localspec.drafters.draft_model import DraftModelDrafter, check_vocab_compatible
 from localspec.drafters.ngram import NgramDrafter, NgramParams
+from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import SpecConfig, SpeculativeLoop, StepEvent
@@ -76,6 +77,7 @@ class Engine:
         self.target, self.draft, self.mode = target, draft, mode
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
+        self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
 
     def verify_cost(self, n_max: int | None = None) -> VerifyCost:
         """The target's batch-size cost curve, measured on first use (about a second)."""
@@ -143,6 +145,17 @@ class Engine:
     ) -> list[int]:
         return build_prompt(self.target, prompt, chat or not isinstance(prompt, str), system)
 
+    def _controller(self, mode: str, spec: SpecConfig) -> AdaptiveController | None:
+        """One adaptive controller per (mode, settings), kept across generations: what it
+        learnt about acceptance and costs carries over to the next prompt."""
+        if mode == "none" or not spec.adaptive:
+            return None
+        key = (mode, spec)
+        if key not in self._controllers:
+            cost = self.verify_cost(spec.n_max)
+            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
+        return self._controllers[key]
+
     def _drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter | None:
         if mode == "ngram-simple":
             return NgramDrafter(self.ngram)
@@ -183,9 +196,9 @@ class Engine:
         spec.validate()
         tokens = self.tokenize_prompt(prompt, chat, system)
         drafter = self._drafter(mode, sampling, spec)
-        cost = self.verify_cost(spec.n_max) if drafter is not None and spec.adaptive else None
+        control = self._controller(mode, spec)
         loop = SpeculativeLoop(
-            self.target, tokens, drafter, sampling, spec, max_tokens, stop, record_margins, cost
+            self.target, tokens, drafter, sampling, spec, max_tokens, stop, record_margins, control
         )
         try:
             yield from loop.steps()

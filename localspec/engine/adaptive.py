@@ -12,12 +12,13 @@ All three are measured as the generation runs:
 
 The length chosen maximises E(k) / cost(k). If k = 0 (plain decoding) wins, speculation is
 paused; a single probe round is made after ``pause`` rounds, and the pause doubles while
-the probes keep losing, so a bad regime costs little and a good one is found again.
+the probes keep losing, so a bad regime costs little and a good one is found again. When even
+a fully accepted draft could not beat plain decoding (the drafter costs too much on this
+machine), the controller stops probing altogether; the Engine keeps one controller per mode
+across generations, so that lesson is not paid for again on the next prompt.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,13 +28,10 @@ DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
 MIN_PAUSE, MAX_PAUSE = 4, 128
 PROBE_LENGTH = 4
-
-
-@dataclass(frozen=True)
-class AdaptiveState:
-    n_draft_max: int
-    paused: bool
-    pauses: int
+# If even a draft accepted in full would gain less than this over plain decoding, drafting
+# cannot pay with this drafter on this machine: stop probing (a probe of a draft model must
+# first catch its cache up with every token made during the pause, which is not free).
+HOPELESS_BELOW = 1.05
 
 
 class AdaptiveController:
@@ -46,17 +44,17 @@ class AdaptiveController:
         self._accepted = np.zeros(n_max + 1)
         self._tried = np.zeros(n_max + 1)
         self._draft_per_token = 0.0
-        self._draft_fixed = 0.0
         self._draft_seen = False
         self.n_draft = n_max
-        self.paused = False
+        self.hopeless = False  # even perfect acceptance could not beat plain decoding
+        self.start()
+
+    def start(self) -> None:
+        """A new generation: per-generation counters restart, what was learnt is kept."""
+        self.paused = self.hopeless
         self.pauses = 0
         self._pause_len = MIN_PAUSE
         self._pause_left = 0
-
-    @property
-    def state(self) -> AdaptiveState:
-        return AdaptiveState(self.n_draft, self.paused, self.pauses)
 
     def next_draft_length(self) -> int:
         """How many tokens to draft this round (0: decode plainly)."""
@@ -64,7 +62,7 @@ class AdaptiveController:
             return self.n_max
         if self.paused:
             self._pause_left -= 1
-            if self._pause_left > 0:
+            if self._pause_left > 0 or self.hopeless:
                 return 0
             return min(self.n_draft, PROBE_LENGTH)  # a short probe: cheap when it fails again
         return self.n_draft
@@ -75,11 +73,13 @@ class AdaptiveController:
             self.cost.observe(n_drafted + 1, verify_s)
         if n_drafted:
             self._record_acceptance(n_drafted, n_accepted)
-            self._record_draft_cost(n_drafted, draft_s)
+            if not self.paused:  # a probe's draft time includes catching up the pause
+                self._record_draft_cost(n_drafted, draft_s)
         if not self.enabled:
             return
         best = self._best_length()
         if best == 0:
+            self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
             if not self.paused or self._pause_left <= 0:
                 self._pause(probe_failed=self.paused)
         else:
@@ -122,12 +122,20 @@ class AdaptiveController:
             prior = estimates[i]
         return estimates
 
-    def _best_length(self) -> int:
+    def _speeds(self, acceptance: np.ndarray) -> np.ndarray:
+        """Expected tokens per second for each draft length k = 0..n_max."""
         assert self.cost is not None
         k = np.arange(self.n_max + 1)
-        a = self.acceptance()[: self.n_max]
-        expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(a))])
-        speed = expected / (self.cost(k + 1) + self._draft_per_token * k)
-        lengths = np.flatnonzero(k >= max(self.n_min, 1))
+        expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(acceptance[: self.n_max]))])
+        return expected / (self.cost(k + 1) + self._draft_per_token * k)
+
+    def _perfect_speedup(self) -> float:
+        """The best speedup over plain decoding if every drafted token were accepted."""
+        speed = self._speeds(np.ones(self.n_max + 1))
+        return float(speed[max(self.n_min, 1) :].max() / speed[0])
+
+    def _best_length(self) -> int:
+        speed = self._speeds(self.acceptance())
+        lengths = np.arange(max(self.n_min, 1), self.n_max + 1)
         best = int(lengths[np.argmax(speed[lengths])]) if lengths.size else 0
         return best if speed[best] > speed[0] else 0

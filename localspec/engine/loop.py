@@ -18,7 +18,6 @@ import numpy as np
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend
-from localspec.engine.costs import VerifyCost
 from localspec.engine.output import OutputAssembler
 from localspec.engine.stats import Stats, StatsRecorder
 from localspec.engine.verify import (
@@ -91,7 +90,7 @@ class SpeculativeLoop:
         max_tokens: int | None,
         stop: Sequence[str] = (),
         record_margins: bool = False,
-        cost: VerifyCost | None = None,
+        control: AdaptiveController | None = None,
     ) -> None:
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
@@ -109,7 +108,8 @@ class SpeculativeLoop:
         self.record_margins = record_margins
         self.rng = np.random.default_rng(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
-        self.control = AdaptiveController(spec.n_max, cost, spec.n_min, spec.adaptive)
+        self.control = control or AdaptiveController(spec.n_max, None, spec.n_min, False)
+        self.control.start()
         self.recorder = StatsRecorder(n_prompt=len(prompt))
 
     def _snapshot(self) -> Stats:
