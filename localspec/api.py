@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.drafters.base import Drafter
-from localspec.drafters.draft_model import DraftModelDrafter, check_vocab_compatible
+from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
@@ -28,6 +28,7 @@ from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
+from localspec.pairing import vocab_problems
 from localspec.sources import resolve_model
 
 MODES = ("none", "draft-model", "ngram-simple")
@@ -117,7 +118,13 @@ class Engine:
                 draft_backend = Backend(
                     draft_path, BackendOptions(n_ctx, n_threads, n_gpu_layers_draft)
                 )
-                check_vocab_compatible(target_backend, draft_backend)
+                problems = vocab_problems(target_backend.vocab_view(), draft_backend.vocab_view())
+                if problems:
+                    raise LocalspecError(
+                        f"incompatible draft {draft_path.name} for target {target_path.name}: "
+                        + "; ".join(problems),
+                        "use a draft of the same family and tokenizer (see `localspec pairs`)",
+                    )
         except BaseException:
             target_backend.close()
             if draft_backend is not None:

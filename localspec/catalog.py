@@ -55,10 +55,23 @@ class ModelEntry:
 
 
 @dataclass(frozen=True)
+class PairEntry:
+    """A known-good (target, draft) pair, with a note on what to expect."""
+
+    target: str
+    draft: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Catalog:
     path: Path
     models: dict[str, ModelEntry]
     default_model: str
+    pairs: tuple[PairEntry, ...] = ()
+
+    def drafts_for(self, target: str) -> list[PairEntry]:
+        return [p for p in self.pairs if p.target == target]
 
     def get(self, name: str) -> ModelEntry:
         try:
@@ -101,17 +114,18 @@ def load_catalog(path: Path | None = None) -> Catalog:
 class _EntryErrors:
     """Builds errors that point at the line of the n-th ``[[model]]`` table."""
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, table: str = "model") -> None:
         self.path = path
+        self.table = table
         self.lines = [
-            n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[model]]"
+            n for n, line in enumerate(text.splitlines(), 1) if line.strip() == f"[[{table}]]"
         ]
 
     def error(self, index: int, name: str, field: str, problem: str) -> LocalspecError:
         line = self.lines[index] if index < len(self.lines) else 0
         where = f"{self.path}:{line}" if line else str(self.path)
         return LocalspecError(
-            f"{where}: model '{name}': field '{field}' {problem}",
+            f"{where}: {self.table} '{name}': field '{field}' {problem}",
             "fix that entry of the catalog",
         )
 
@@ -138,7 +152,28 @@ def _parse_catalog(path: Path, text: str, data: dict[str, Any]) -> Catalog:
             f"{path}: 'default_model' = {default!r} is not a model of the catalog",
             "set it to the name of one [[model]] entry",
         )
-    return Catalog(path=path, models=models, default_model=default)
+    pairs = _parse_pairs(data.get("pair", []), models, _EntryErrors(path, text, "pair"))
+    return Catalog(path=path, models=models, default_model=default, pairs=pairs)
+
+
+def _parse_pairs(
+    raw_pairs: Any, models: dict[str, ModelEntry], errors: _EntryErrors
+) -> tuple[PairEntry, ...]:
+    pairs = []
+    for index, raw in enumerate(raw_pairs):
+        label = f"#{index + 1}"
+        if not isinstance(raw, dict):
+            raise errors.error(index, label, "pair", "must be a table")
+        unknown = set(raw) - {"target", "draft", "note"}
+        if unknown:
+            raise errors.error(index, label, sorted(unknown)[0], "is not a known field")
+        for field in ("target", "draft"):
+            if raw.get(field) not in models:
+                raise errors.error(index, label, field, f"names unknown model {raw.get(field)!r}")
+        if not isinstance(raw.get("note", ""), str):
+            raise errors.error(index, label, "note", "must be a string")
+        pairs.append(PairEntry(raw["target"], raw["draft"], raw.get("note", "")))
+    return tuple(pairs)
 
 
 def _parse_model(index: int, raw: Any, errors: _EntryErrors) -> ModelEntry:

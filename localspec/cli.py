@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -149,8 +148,43 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="first decode plainly in the same process: speedup and losslessness",
     )
-    run.set_defaults(handler=cmd_run)
+    run.set_defaults(handler=lambda a: _command("run").cmd_run(a))
+    pairs = sub.add_parser("pairs", help="which draft models work with a target, and why")
+    pairs.add_argument("target", help="target model: a .gguf path or a catalog name")
+    pairs.add_argument("candidates", nargs="*", help="draft candidates (paths or catalog names)")
+    pairs.add_argument(
+        "--scan",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also consider every .gguf under DIR (repeatable)",
+    )
+    pairs.add_argument(
+        "--no-hf-cache",
+        action="store_true",
+        help="do not consider the GGUFs in the Hugging Face cache",
+    )
+    pairs.add_argument(
+        "-c", "--ctx-size", type=int, default=4096, help="context size for the memory check"
+    )
+    pairs.add_argument("--json", action="store_true", help="print JSON")
+    pairs.set_defaults(handler=lambda a: _command("pairs").cmd_pairs(a))
+
+    models = sub.add_parser("models", help="the catalog and what is on disk")
+    models.add_argument("--json", action="store_true", help="print JSON")
+    models.set_defaults(handler=lambda a: _command("models").cmd_models(a))
+
+    pull = sub.add_parser("pull", help="download a model (catalog name or REPO[:FILE])")
+    pull.add_argument("ref", help="a catalog name, or a Hugging Face repo id with :FILE")
+    pull.set_defaults(handler=lambda a: _command("models").cmd_pull(a))
     return parser
+
+
+def _command(name: str):  # type: ignore[no-untyped-def]
+    """Import a subcommand's module on demand: `localspec --help` stays fast."""
+    import importlib
+
+    return importlib.import_module(f"localspec.commands.{name}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,144 +197,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nlocalspec: interrupted", file=sys.stderr)
         return 130
-
-
-def load_engine(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from localspec.api import Engine, resolve_mode
-    from localspec.catalog import load_catalog
-    from localspec.drafters.ngram import NgramParams
-    from localspec.engine.loop import SpecConfig
-
-    mode = resolve_mode(args.mode, args.draft is not None)
-    n_max = args.spec_draft_n_max
-    if n_max is None:
-        n_max = args.spec_ngram_simple_size_m if mode == "ngram-simple" else 16
-    spec = SpecConfig(
-        n_max=n_max,
-        n_min=args.spec_draft_n_min,
-        p_min=args.spec_draft_p_min,
-        adaptive=not args.no_adaptive,
-    )
-    ngram = NgramParams(
-        args.spec_ngram_simple_size_n,
-        args.spec_ngram_simple_size_m,
-        args.spec_ngram_simple_min_hits,
-        min(args.spec_ngram_simple_min_n, args.spec_ngram_simple_size_n),
-    )
-    target = args.target or load_catalog().default_model
-    return Engine.load(
-        target,
-        args.draft,
-        mode,
-        n_ctx=args.ctx_size,
-        n_threads=args.threads,
-        n_gpu_layers=args.gpu_layers,
-        n_gpu_layers_draft=args.gpu_layers_draft,
-        spec=spec,
-        ngram=ngram,
-    )
-
-
-def read_prompt(args: argparse.Namespace) -> tuple[str, bool]:
-    """The prompt text and whether to apply the chat template."""
-    from localspec.prompts import default_prompt
-
-    if args.file is not None:
-        try:
-            return args.file.read_text(encoding="utf-8"), args.chat or bool(args.system)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LocalspecError(
-                f"cannot read the prompt file {args.file}: {exc}",
-                "give a readable UTF-8 text file with -f",
-            ) from None
-    if args.prompt is not None:
-        return args.prompt, args.chat or bool(args.system)
-    return default_prompt().text, True  # the built-in prompt is an instruction: chat it
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from localspec.api import validate_sampling
-    from localspec.lossless import compare
-
-    validate_sampling(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
-    if args.max_tokens <= 0:
-        raise LocalspecError(f"-n must be > 0 (got {args.max_tokens})")
-    prompt, chat = read_prompt(args)
-    gen = dict(
-        max_tokens=args.max_tokens,
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=args.seed,
-        stop=args.stop,
-        chat=chat,
-        system=args.system,
-    )
-    with load_engine(args) as engine:
-        plain = None
-        if args.compare:
-            plain = engine.generate(prompt, mode="none", record_margins=True, **gen)
-        result = None
-        text: list[str] = []
-        tokens: list[int] = []
-        for event in engine.stream(prompt, **gen):
-            if not args.json:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            text.append(event.text)
-            tokens.extend(event.tokens)
-            result = event
-        assert result is not None
-    stats = result.stats
-    report = {
-        "text": "".join(text),
-        "finish_reason": result.finish_reason,
-        "mode": engine.mode,
-        "n_tokens": stats.n_tokens,
-        "tokens_per_s": round(stats.tokens_per_s, 3),
-        "stats": stats.to_dict(),
-    }
-    if plain is not None:
-        speedup = stats.tokens_per_s / plain.stats.tokens_per_s if plain.stats.tokens_per_s else 0
-        report["plain_tokens_per_s"] = round(plain.stats.tokens_per_s, 3)
-        report["speedup"] = round(speedup, 3)
-        if args.temp == 0:
-            report["lossless"] = compare(
-                plain.tokens, plain.margins, tokens, plain.runners_up
-            ).to_dict()
-    if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    else:
-        print_summary(report)
-    return 0
-
-
-def print_summary(report: dict) -> None:  # type: ignore[type-arg]
-    s = report["stats"]
-    lines = [
-        "",
-        f"[{report['mode']}] {report['n_tokens']} tokens, {report['tokens_per_s']:.1f} tok/s, "
-        f"finish: {report['finish_reason']}",
-        f"  drafted {s['drafted']}, accepted {s['accepted']} "
-        f"({100 * s['acceptance_rate']:.1f}%), mean acceptance length "
-        f"{s['mean_acceptance_length']:.2f}, draft {s['draft_ms']:.0f} ms, "
-        f"verify {s['verify_ms']:.0f} ms",
-    ]
-    if "speedup" in report:
-        lines.append(
-            f"  plain {report['plain_tokens_per_s']:.1f} tok/s -> speedup {report['speedup']:.2f}x"
-        )
-    if "lossless" in report:
-        lossless = report["lossless"]
-        lines.append(
-            "  lossless: identical to plain decoding"
-            if lossless["identical"]
-            else f"  lossless: diverges at token {lossless['first_divergence']} "
-            f"(top-2 gap {lossless['top2_gap']:.4f}, "
-            f"{'near tie: ok' if lossless['near_tie'] else 'NOT a near tie'})"
-        )
-    print("\n".join(lines), file=sys.stderr)
 
 
 if __name__ == "__main__":

