@@ -43,7 +43,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.requests.append(f"HEAD {self.path}")
         found = self._file()
         if found is None:
@@ -52,7 +52,7 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         self._headers(found[1])
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.requests.append(f"GET {self.path} range={self.headers.get('Range')}")
         if self.path.startswith(f"/api/models/{REPO}/tree/"):
             body = json.dumps(
