@@ -49,8 +49,14 @@ class GenerationResult:
 def resolve_mode(mode: str | None, has_draft: bool) -> str:
     """No mode: draft-model when a draft is given, else ngram-simple. Check the combination."""
     mode = mode or ("draft-model" if has_draft else "ngram-simple")
+    if mode == "auto":
+        if has_draft:
+            raise LocalspecError("--mode auto chooses the draft itself (from `localspec probe "
+                                 "--save`)", "drop -md/--model-draft, or pick a mode")
+        return mode
     if mode not in MODES:
-        raise LocalspecError(f"unknown --mode '{mode}'", f"choose one of {', '.join(MODES)}")
+        raise LocalspecError(f"unknown --mode '{mode}'",
+                             f"choose one of {', '.join(MODES)}, or auto")
     if mode == "draft-model" and not has_draft:
         raise LocalspecError(
             "--mode draft-model needs a draft model",
@@ -62,6 +68,23 @@ def resolve_mode(mode: str | None, has_draft: bool) -> str:
             "drop -md/--model-draft, or use --mode draft-model",
         )
     return mode
+
+
+def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecConfig]:
+    """``--mode auto``: the winner of the saved probe of this target (mode, draft, length)."""
+    from dataclasses import replace
+
+    from localspec.probe import saved_choice
+    from localspec.progress import status
+
+    choice = saved_choice(target)
+    if choice is None:
+        status(f"--mode auto: no saved probe for {target.name}, using ngram-simple "
+               f"(run `localspec probe {target} --save` to measure)")
+        return "ngram-simple", None, spec
+    status(f"--mode auto: {choice.label} (from the saved probe)")
+    n_max = choice.n_max if choice.mode != "none" else spec.n_max
+    return choice.mode, choice.draft, replace(spec, n_max=n_max, n_min=min(spec.n_min, n_max))
 
 
 class Engine:
@@ -110,6 +133,8 @@ class Engine:
         ngram = ngram or NgramParams()
         validate_ngram(ngram)
         target_path = resolve_model(target)
+        if mode == "auto":
+            mode, draft, spec = auto_choice(target_path, spec)
         draft_path = resolve_model(draft) if draft is not None else None
         target_backend = Backend(target_path, BackendOptions(n_ctx, n_threads, n_gpu_layers))
         draft_backend = None

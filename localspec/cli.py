@@ -177,6 +177,52 @@ def build_parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="download a model (catalog name or REPO[:FILE])")
     pull.add_argument("ref", help="a catalog name, or a Hugging Face repo id with :FILE")
     pull.set_defaults(handler=lambda a: _command("models").cmd_pull(a))
+    probe = sub.add_parser("probe", help="rank drafts and modes by measured speedup")
+    probe.add_argument("target", help="target model: a .gguf path or a catalog name")
+    probe.add_argument(
+        "--candidates",
+        type=lambda t: [x for x in t.split(",") if x],
+        default=[],
+        help="comma-separated draft candidates (paths or names)",
+    )
+    probe.add_argument(
+        "--scan",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also consider every .gguf under DIR",
+    )
+    probe.add_argument(
+        "--no-hf-cache",
+        action="store_true",
+        help="do not consider the GGUFs in the Hugging Face cache",
+    )
+    probe.add_argument(
+        "--prompts",
+        default="code-edit,qa",
+        help="prompt kinds (code-edit,code,qa,summary,creative,french) or a file",
+    )
+    probe.add_argument("--lengths", default="4,8,16", help="draft lengths to try")
+    probe.add_argument("-n", "--n-predict", type=int, default=128, help="tokens per run")
+    probe.add_argument("--temp", type=float, default=0.0, help="temperature")
+    probe.add_argument("-s", "--seed", type=int, default=0, help="seed for sampling")
+    probe.add_argument("-c", "--ctx-size", type=int, default=4096)
+    probe.add_argument("-t", "--threads", type=int, default=None)
+    probe.add_argument("-ngl", "--gpu-layers", dest="gpu_layers", type=int, default=None)
+    probe.add_argument(
+        "-ngld", "--gpu-layers-draft", dest="gpu_layers_draft", type=int, default=None
+    )
+    probe.add_argument("--json", action="store_true", help="print JSON")
+    probe.add_argument(
+        "--save", action="store_true", help="remember the winner for --mode auto (run, chat, serve)"
+    )
+    probe.add_argument(
+        "--export",
+        choices=("llama-server", "vllm"),
+        default=None,
+        help="print the winner as a llama-server command or a vLLM config",
+    )
+    probe.set_defaults(handler=lambda a: _command("probe").cmd_probe(a))
     return parser
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+from localspec.errors import LocalspecError
 
 KINDS = ("code-edit", "code", "qa", "summary", "creative", "french")
 
@@ -25,6 +28,54 @@ class PromptCase:
 def builtin_prompts() -> list[PromptCase]:
     data = tomllib.loads(resources.files(__package__).joinpath("builtin.toml").read_text("utf-8"))
     return [PromptCase(p["name"], p["kind"], p["language"], p["text"]) for p in data["prompt"]]
+
+
+def select_prompts(spec: str) -> list[PromptCase]:
+    """``--prompts``: comma-separated kinds (one built-in prompt of each, in that order), or
+    a file: TOML with ``[[prompt]]`` tables (name, kind, text, optional language), or any
+    other text file as a single prompt."""
+    path = Path(spec)
+    if path.suffix in (".toml", ".txt", ".md") or path.exists():
+        return load_prompt_file(path)
+    kinds = [k.strip() for k in spec.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise LocalspecError(
+            f"--prompts: unknown kind(s) {', '.join(unknown) or '(none)'}",
+            f"use kinds from {', '.join(KINDS)}, or a prompt file",
+        )
+    prompts = builtin_prompts()
+    return [next(p for p in prompts if p.kind == k) for k in kinds]
+
+
+def load_prompt_file(path: Path) -> list[PromptCase]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LocalspecError(
+            f"cannot read the prompt file {path}: {exc}", "give a readable UTF-8 file"
+        ) from None
+    if path.suffix != ".toml":
+        if not text.strip():
+            raise LocalspecError(f"the prompt file {path} is empty", "put a prompt in it")
+        return [PromptCase(path.stem, "custom", "", text)]
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LocalspecError(f"{path}: not valid TOML: {exc}", "fix the syntax there") from None
+    raw = data.get("prompt")
+    if not isinstance(raw, list) or not raw:
+        raise LocalspecError(f"{path}: no [[prompt]] tables", "add [[prompt]] name/kind/text")
+    cases = []
+    for i, p in enumerate(raw, 1):
+        for field in ("name", "kind", "text"):
+            if not isinstance(p.get(field), str) or not p[field].strip():
+                raise LocalspecError(
+                    f"{path}: prompt #{i}: field '{field}' is missing or empty",
+                    "each [[prompt]] needs name, kind and text strings",
+                )
+        cases.append(PromptCase(p["name"], p["kind"], str(p.get("language", "")), p["text"]))
+    return cases
 
 
 def default_prompt() -> PromptCase:

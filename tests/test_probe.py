@@ -1,0 +1,192 @@
+"""`localspec probe` on the real F16/Q4_K_M Qwen pair and the draftless modes; the ranking
+maths and the prompt files without llama.cpp."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec import Engine
+from localspec.cli import main
+from localspec.errors import LocalspecError
+from localspec.probe import (
+    Measurement,
+    ProbeConfig,
+    export_command,
+    rank,
+    recommendation,
+    saved_choice,
+)
+from localspec.prompts import load_prompt_file, select_prompts
+
+
+def test_probe_ranks_saves_and_feeds_mode_auto(
+    capsys, monkeypatch, tmp_path, qwen_f16_path, qwen_path, smollm_path
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    code = main(
+        [
+            "probe",
+            str(qwen_f16_path),
+            "--candidates",
+            f"{qwen_path},{smollm_path}",
+            "--no-hf-cache",
+            "--prompts",
+            "code-edit,qa",
+            "-n",
+            "32",
+            "--lengths",
+            "4,8",
+            "--json",
+            "--save",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    modes = {r["mode"] for r in report["ranking"]}
+    assert modes == {"ngram-simple", "draft-model"}
+    assert len(report["measurements"]) == 2 * 2 * 2  # 2 configs x 2 lengths x 2 prompts
+    assert all(
+        m["plain_tokens_per_s"] > 0 and m["tokens_per_s"] > 0 for m in report["measurements"]
+    )
+    speedups = [r["speedup"] for r in report["ranking"]]
+    assert speedups == sorted(speedups, reverse=True)
+    assert report["incompatible"][0]["candidate"] == str(smollm_path)
+    assert "vocabulary sizes differ" in report["incompatible"][0]["why"]
+    assert {u["mode"] for u in report["unavailable_modes"]} == {"draft-self", "draft-mtp"}
+    assert report["recommendation"]
+
+    choice = saved_choice(qwen_f16_path)
+    winner = report["ranking"][0]
+    assert choice is not None
+    assert choice.mode == (winner["mode"] if winner["speedup"] >= 1.03 else "none")
+    with Engine.load(qwen_f16_path, mode="auto") as engine:
+        assert engine.mode == choice.mode
+
+    # Acceptance is deterministic at temperature 0: probe and `run` agree on it.
+    probed = next(
+        m
+        for m in report["measurements"]
+        if m["mode"] == "draft-model" and m["n_max"] == 4 and m["kind"] == "code-edit"
+    )
+    assert (
+        main(
+            [
+                "run",
+                str(qwen_f16_path),
+                "-md",
+                str(qwen_path),
+                "-n",
+                "32",
+                "--no-adaptive",
+                "--spec-draft-n-max",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    ran = json.loads(capsys.readouterr().out)
+    assert abs(ran["stats"]["acceptance_rate"] - probed["acceptance_rate"]) < 0.05
+
+
+def test_ctrl_c_prints_partial_results(qwen_path: Path, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "LOCALSPEC_CACHE": str(tmp_path),
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "probe",
+            str(qwen_path),
+            "--no-hf-cache",
+            "--prompts",
+            "code-edit,qa,summary",
+            "-n",
+            "24",
+            "--lengths",
+            "4,8,16",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "(accept" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) == 130
+    assert "interrupted: partial results follow" in rest
+    assert "recommendation" in rest and "ngram-simple" in rest
+
+
+def fake(config: ProbeConfig, kind: str, speed: float) -> Measurement:
+    return Measurement(config, f"p-{kind}", kind, speed, 10.0, 0.5, 2.0, (0.5,))
+
+
+def test_rank_uses_geometric_means_and_recommends_honestly() -> None:
+    ngram, draft = ProbeConfig("ngram-simple", 8), ProbeConfig("draft-model", 4, "/m/d.gguf")
+    ms = [
+        fake(ngram, "code-edit", 40.0),
+        fake(ngram, "creative", 9.0),
+        fake(draft, "code-edit", 12.0),
+        fake(draft, "creative", 12.0),
+    ]
+    ranking = rank(ms)
+    assert ranking[0].config == ngram
+    assert ranking[0].speedup == pytest.approx((4.0 * 0.9) ** 0.5)
+    text = recommendation(ranking)
+    assert text.startswith("use ngram-simple n=8")
+    assert "for creative prompts: use draft-model d.gguf n=4 (1.20x)" in text
+    slow = rank([fake(ngram, "creative", 9.0)])
+    assert recommendation(slow).startswith("don't speculate on this machine")
+
+
+def test_export_commands() -> None:
+    target = Path("/m/t.gguf")
+    draft = ProbeConfig("draft-model", 6, "/m/d.gguf")
+    assert export_command(draft, target, "llama-server") == (
+        "llama-server -m /m/t.gguf -md /m/d.gguf --spec-type draft-simple --spec-draft-n-max 6"
+    )
+    assert '"num_speculative_tokens": 6' in export_command(draft, target, "vllm")
+    assert "--spec-type ngram-simple" in export_command(
+        ProbeConfig("ngram-simple", 16), target, "llama-server"
+    )
+
+
+def test_prompt_files_and_kinds(tmp_path: Path) -> None:
+    assert [p.kind for p in select_prompts("creative,french")] == ["creative", "french"]
+    with pytest.raises(LocalspecError, match="unknown kind"):
+        select_prompts("poetry")
+    good = tmp_path / "p.toml"
+    good.write_text('[[prompt]]\nname = "a"\nkind = "qa"\ntext = "Why?"\n')
+    assert load_prompt_file(good)[0].text == "Why?"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[prompt]]\nname = "a"\ntext = "Why?"\n')
+    with pytest.raises(LocalspecError, match="prompt #1: field 'kind'"):
+        load_prompt_file(bad)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[prompt]\n")
+    with pytest.raises(LocalspecError, match="not valid TOML"):
+        load_prompt_file(broken)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    with pytest.raises(LocalspecError, match="empty"):
+        load_prompt_file(empty)
