@@ -51,12 +51,15 @@ def resolve_mode(mode: str | None, has_draft: bool) -> str:
     mode = mode or ("draft-model" if has_draft else "ngram-simple")
     if mode == "auto":
         if has_draft:
-            raise LocalspecError("--mode auto chooses the draft itself (from `localspec probe "
-                                 "--save`)", "drop -md/--model-draft, or pick a mode")
+            raise LocalspecError(
+                "--mode auto chooses the draft itself (from `localspec probe --save`)",
+                "drop -md/--model-draft, or pick a mode",
+            )
         return mode
     if mode not in MODES:
-        raise LocalspecError(f"unknown --mode '{mode}'",
-                             f"choose one of {', '.join(MODES)}, or auto")
+        raise LocalspecError(
+            f"unknown --mode '{mode}'", f"choose one of {', '.join(MODES)}, or auto"
+        )
     if mode == "draft-model" and not has_draft:
         raise LocalspecError(
             "--mode draft-model needs a draft model",
@@ -79,8 +82,10 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
 
     choice = saved_choice(target)
     if choice is None:
-        status(f"--mode auto: no saved probe for {target.name}, using ngram-simple "
-               f"(run `localspec probe {target} --save` to measure)")
+        status(
+            f"--mode auto: no saved probe for {target.name}, using ngram-simple "
+            f"(run `localspec probe {target} --save` to measure)"
+        )
         return "ngram-simple", None, spec
     status(f"--mode auto: {choice.label} (from the saved probe)")
     n_max = choice.n_max if choice.mode != "none" else spec.n_max

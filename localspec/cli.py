@@ -223,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the winner as a llama-server command or a vLLM config",
     )
     probe.set_defaults(handler=lambda a: _command("probe").cmd_probe(a))
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    add_model_flags(serve)
+    add_spec_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    serve.add_argument(
+        "--max-queue",
+        type=int,
+        default=8,
+        help="requests that may wait for the engine before 429 (default 8)",
+    )
+    serve.set_defaults(handler=lambda a: _command("serve").cmd_serve(a))
     return parser
 
 

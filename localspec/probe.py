@@ -195,8 +195,7 @@ def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measure
 
 def measurement_dict(m: Measurement) -> dict[str, object]:
     fields = {k: v for k, v in asdict(m).items() if k != "config"}
-    return {"config": m.config.label, **asdict(m.config), **fields,
-            "speedup": round(m.speedup, 3)}
+    return {"config": m.config.label, **asdict(m.config), **fields, "speedup": round(m.speedup, 3)}
 
 
 def ranked_dict(r: Ranked) -> dict[str, object]:

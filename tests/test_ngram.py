@@ -11,6 +11,13 @@ def test_last_match_is_the_most_recent_earlier_occurrence() -> None:
     assert find_last_match(np.array([1, 2, 3]), 3) is None
 
 
+def test_a_match_that_can_supply_a_full_draft_is_preferred() -> None:
+    history = np.array([5, 5, 5, 5, 5, 5, 5, 5])
+    assert find_last_match(history, 2) == 5  # most recent: one token follows
+    assert find_last_match(history, 2, want=4) == 2  # the most recent with 4 tokens after it
+    assert find_last_match(history, 2, want=10) == 0  # none has 10: the longest continuation
+
+
 def test_draft_copies_what_followed_the_match() -> None:
     drafter = NgramDrafter(NgramParams(size_n=3, size_m=4, min_n=3))
     context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]

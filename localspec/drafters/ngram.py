@@ -4,7 +4,9 @@ n-gram in the prompt and output (prompt lookup decoding).
 llama.cpp semantics (``common/ngram-map.cpp``, ``common_ngram_simple_draft``): the lookup key is
 the last ``size_n`` tokens, the search runs backwards from the end and takes the most recent
 earlier match, the draft is the ``size_m`` tokens after it. ``min_hits`` is the number of
-earlier occurrences the key needs before it is trusted.
+earlier occurrences the key needs before it is trusted. Where the most recent match cannot
+supply a full draft (it lies just behind the end, in repetitive text), the most recent one
+that can is used (``find_last_match``); llama.cpp drafts nothing there.
 
 One addition, off with ``min_n = size_n``: when the full key has no match, shorter keys
 (down to ``min_n``) are tried. After the output departs from the text it copies (a renamed
@@ -48,7 +50,7 @@ class NgramDrafter:
         if size_m <= 0:
             return Draft()
         for n in self._key_lengths():
-            start = find_last_match(history, n, self.params.min_hits)
+            start = find_last_match(history, n, self.params.min_hits, size_m)
             if start is not None:
                 follow = history[start + n : start + n + size_m]
                 return Draft(follow.tolist())
@@ -80,9 +82,14 @@ class NgramDrafter:
         self._known = []
 
 
-def find_last_match(history: np.ndarray, n: int, min_hits: int = 1) -> int | None:
-    """Start of the most recent earlier occurrence of the last ``n`` tokens that has at least
-    one token after it, or None. The key must occur ``min_hits`` times before the end."""
+def find_last_match(history: np.ndarray, n: int, min_hits: int = 1, want: int = 1) -> int | None:
+    """Start of the most recent earlier occurrence of the last ``n`` tokens that is followed
+    by at least ``want`` tokens; if none is, the occurrence with the longest continuation (the
+    earliest). None when the key occurs fewer than ``min_hits`` times before the end.
+
+    Why not simply the most recent occurrence: in repetitive text (a repeated line, a run of
+    the same token) it lies just behind the end and can only offer a token or two, while an
+    earlier occurrence of the same key offers the whole continuation."""
     length = history.size
     if length < n + 1:
         return None
@@ -90,6 +97,7 @@ def find_last_match(history: np.ndarray, n: int, min_hits: int = 1) -> int | Non
     # Candidate starts 0 .. length-n-1 (the occurrence at length-n is the key itself).
     windows = np.lib.stride_tricks.sliding_window_view(history[: length - 1], n)
     hits = np.flatnonzero((windows == key).all(axis=1))
-    if hits.size < min_hits:
+    if hits.size < min_hits or hits.size == 0:
         return None
-    return int(hits[-1])
+    full = hits[length - (hits + n) >= want]
+    return int(full[-1]) if full.size else int(hits[0])

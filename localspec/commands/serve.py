@@ -1,0 +1,74 @@
+"""`localspec serve`: load once, then serve the OpenAI-compatible API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from localspec.commands.run import load_engine
+from localspec.errors import LocalspecError
+
+
+class GracefulServer(uvicorn.Server):
+    """SIGINT/SIGTERM: finish, free the models, exit 0 (plain uvicorn re-raises the signal
+    after shutting down, so the process would die of it before the engine is freed)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        def stop(_sig: int, _frame: object) -> None:
+            if self.should_exit:  # a second signal: do not wait for open requests
+                self.force_exit = True
+            self.should_exit = True
+
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from localspec.server.app import ServerSettings, create_app
+
+    if args.max_queue < 0:
+        raise LocalspecError(f"--max-queue must be >= 0 (got {args.max_queue})")
+    if not is_loopback(args.host) and not args.api_key:
+        print(
+            f"localspec: warning: listening on {args.host} without --api-key: anyone who "
+            "can reach this port can use the model",
+            file=sys.stderr,
+        )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    with load_engine(args) as engine:
+        if engine.mode != "none" and engine.spec.adaptive:
+            engine.verify_cost()  # measure now, not during the first request
+        app = create_app(engine, ServerSettings(api_key=args.api_key, max_queue=args.max_queue))
+        print(
+            f"localspec: serving {engine.target_path.name} ({engine.mode}) on "
+            f"http://{args.host}:{args.port}/v1",
+            file=sys.stderr,
+            flush=True,
+        )
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", access_log=False
+        )
+        GracefulServer(config).run()
+    print("localspec: stopped", file=sys.stderr)
+    return 0

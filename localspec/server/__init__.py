@@ -1,0 +1,1 @@
+"""`localspec serve`: an OpenAI-compatible HTTP API with speculative statistics."""

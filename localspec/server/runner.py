@@ -1,0 +1,117 @@
+"""One engine, one generation at a time; waiting requests in a bounded FIFO.
+
+llama.cpp speculative decoding here is single-sequence, so requests take turns. The turn
+(an asyncio.Lock, which wakes waiters in FIFO order) is handed to the generation thread and
+released by that thread when the engine is really free again: a client that disconnects
+cannot let the next request in while its generation is still finishing its step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from localspec.api import Engine
+from localspec.engine.loop import StepEvent
+
+_DONE = object()
+
+
+class QueueFull(Exception):
+    """More requests are waiting than ``--max-queue`` allows."""
+
+
+class EngineRunner:
+    def __init__(self, engine: Engine, max_queue: int) -> None:
+        self.engine = engine
+        self.max_queue = max_queue
+        self.waiting = 0
+        self.busy = False
+        self._lock: asyncio.Lock | None = None
+
+    def _turn(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    @property
+    def queue_depth(self) -> int:
+        return self.waiting
+
+    async def acquire(self) -> None:
+        """Wait for the engine (FIFO). Raise QueueFull at once when the queue is full; a
+        request cancelled while waiting simply leaves the queue."""
+        turn = self._turn()
+        if turn.locked() and self.waiting >= self.max_queue:
+            raise QueueFull
+        self.waiting += 1
+        try:
+            await turn.acquire()
+        finally:
+            self.waiting -= 1
+
+    def release(self) -> None:
+        """Give the turn back without generating (a request that ended while queued)."""
+        self._turn().release()
+
+    def generate(self, **kwargs: Any) -> GenerationStream:
+        """Start one generation now (the caller holds the turn, from ``acquire``) and return
+        its events. The generation thread releases the turn when it ends."""
+        stream = GenerationStream(asyncio.get_running_loop())
+        turn = self._turn()
+
+        def work() -> None:
+            self.busy = True
+            events = self.engine.stream(**kwargs)
+            try:
+                for event in events:
+                    stream.put(event)
+                    if stream.stopped.is_set():
+                        break
+            except BaseException as exc:  # handed to the request, which turns it into an error
+                stream.put(exc)
+            finally:
+                events.close()
+                self.busy = False
+                stream.loop.call_soon_threadsafe(turn.release)
+                stream.put(_DONE)
+
+        threading.Thread(target=work, name="localspec-generate", daemon=True).start()
+        return stream
+
+
+class GenerationStream:
+    """Async iterator over a generation's events. Closing it, or dropping it unread (a client
+    gone before its response started), stops the generation within one step."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.stopped = threading.Event()
+        self._events: asyncio.Queue[object] = asyncio.Queue()
+
+    def put(self, item: object) -> None:
+        self.loop.call_soon_threadsafe(self._events.put_nowait, item)
+
+    def __aiter__(self) -> GenerationStream:
+        return self
+
+    async def __anext__(self) -> StepEvent:
+        try:
+            item = await self._events.get()
+        except BaseException:
+            self.stopped.set()
+            raise
+        if item is _DONE:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            self.stopped.set()
+            raise item
+        assert isinstance(item, StepEvent)
+        return item
+
+    async def aclose(self) -> None:
+        self.stopped.set()
+
+    def __del__(self) -> None:
+        self.stopped.set()

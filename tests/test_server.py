@@ -1,0 +1,283 @@
+"""The OpenAI-compatible server over real HTTP (uvicorn on a free port, httpx as client),
+on the real SmolLM2-135M."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from localspec import Engine, SpecConfig
+from localspec.server.app import ServerSettings, create_app
+
+REPEAT = "alpha beta gamma delta epsilon zeta eta theta " * 6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    def __init__(self, engine: Engine, settings: ServerSettings) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(engine, settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def smollm(smollm_path: Path) -> Iterator[Engine]:
+    # Adaptivity off so that draft lengths, and so the override checks, are deterministic.
+    spec = SpecConfig(n_max=16, adaptive=False)
+    with Engine.load(smollm_path, mode="ngram-simple", n_ctx=1024, spec=spec) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def base(smollm: Engine) -> Iterator[str]:
+    with LiveServer(smollm, ServerSettings(max_queue=1)) as url:
+        yield url
+
+
+def post(base: str, path: str, body: object, timeout: float = 120, **kw: object) -> httpx.Response:
+    return httpx.post(f"{base}{path}", json=body, timeout=timeout, **kw)  # type: ignore[arg-type]
+
+
+def test_models_and_health(base: str) -> None:
+    models = httpx.get(f"{base}/v1/models").json()
+    assert models["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1"
+    assert httpx.get(f"{base}/health").json()["status"] == "ok"
+
+
+def test_completion_carries_usage_speculative_and_timings(base: str) -> None:
+    r = post(base, "/v1/completions", {"prompt": REPEAT, "max_tokens": 40, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "text_completion" and body["choices"][0]["text"]
+    assert body["usage"]["completion_tokens"] == 40
+    spec, timings = body["speculative"], body["timings"]
+    assert spec["mode"] == "ngram-simple" and spec["drafted"] > 0 and spec["accepted"] > 0
+    assert timings["draft_n"] == spec["drafted"] and timings["draft_n_accepted"] == spec["accepted"]
+    assert timings["predicted_per_second"] > 0 and timings["predicted_n"] == 40
+
+
+def test_chat_streaming_puts_stats_on_the_final_chunk(base: str) -> None:
+    chunks = []
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat/completions",
+        timeout=120,
+        json={
+            "messages": [{"role": "user", "content": "Count from 1 to 10."}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "stream": True,
+        },
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                chunks.append(line[6:])
+    assert chunks[-1] == "[DONE]"
+    events = [json.loads(c) for c in chunks[:-1]]
+    assert all(e["object"] == "chat.completion.chunk" for e in events)
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+    assert "usage" in events[-1] and "speculative" in events[-1] and "timings" in events[-1]
+    assert all("usage" not in e for e in events[:-1])
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    assert text.strip()
+
+
+def test_per_request_override_does_not_leak(base: str) -> None:
+    body = {"prompt": REPEAT, "max_tokens": 30, "temperature": 0}
+    off = post(base, "/v1/completions", {**body, "speculative": {"mode": "none"}}).json()
+    assert off["speculative"]["mode"] == "none" and off["speculative"]["drafted"] == 0
+    short = post(base, "/v1/completions", {**body, "speculative": {"n_max": 2}}).json()
+    assert max(len(short["speculative"]["acceptance_per_position"]), 0) <= 2
+    after = post(base, "/v1/completions", body).json()
+    assert after["speculative"]["mode"] == "ngram-simple" and after["speculative"]["drafted"] > 0
+    assert len(after["speculative"]["acceptance_per_position"]) > 2
+    assert off["choices"][0]["text"] == after["choices"][0]["text"]  # lossless
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"prompt": 5}, 400, "prompt"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be > 0"),
+        ({"prompt": "x", "n": 2}, 400, "only n=1"),
+        ({"prompt": "x", "speculative": {"n_mx": 3}}, 400, "speculative.n_mx"),
+        ({"prompt": "x", "speculative": {"mode": "draft-model"}}, 400, "no draft model"),
+        ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ({"prompt": "word " * 2000}, 400, "context holds 1024"),
+    ],
+)
+def test_bad_requests_get_openai_shaped_errors(base: str, body, status, needle) -> None:  # type: ignore[no-untyped-def]
+    r = post(base, "/v1/completions", body)
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert needle in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_malformed_json_and_large_body(base: str) -> None:
+    r = httpx.post(f"{base}/v1/completions", content=b"{not json", timeout=30)
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
+    r = httpx.post(f"{base}/v1/completions", content=b"x" * (2 << 20), timeout=30)
+    assert r.status_code == 413
+
+
+def wait_for(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def health(base: str) -> dict:  # type: ignore[type-arg]
+    return httpx.get(f"{base}/health").json()
+
+
+def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
+    """One generation runs, one waits (max_queue=1), a third gets 429. The waiter gives up
+    without disturbing the running one; a client that disconnects mid-stream frees the
+    engine within a step."""
+    long_body = {
+        "prompt": "Write a long essay about rivers.",
+        "max_tokens": 900,
+        "temperature": 0,
+        "stream": True,
+    }
+    stop_reading = threading.Event()
+    results: dict[str, object] = {}
+
+    def running() -> None:
+        with httpx.stream("POST", f"{base}/v1/completions", json=long_body, timeout=120) as r:
+            for line in r.iter_lines():
+                if line == "data: [DONE]":
+                    results["finished"] = True
+                if stop_reading.is_set():
+                    break  # the client goes away mid-stream
+
+    def waiting() -> None:
+        try:
+            post(base, "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=2.0)
+            results["waiter"] = "served"
+        except httpx.TimeoutException:
+            results["waiter"] = "gave up"
+
+    first = threading.Thread(target=running)
+    first.start()
+    wait_for(lambda: health(base)["busy"])
+    waiter = threading.Thread(target=waiting)
+    waiter.start()
+    wait_for(lambda: health(base)["queue_depth"] == 1)
+    third = post(base, "/v1/completions", {"prompt": "x", "max_tokens": 2})
+    assert third.status_code == 429 and third.headers["retry-after"] == "1"
+    assert third.json()["error"]["type"] == "rate_limit_error"
+    waiter.join()
+    assert results["waiter"] == "gave up"
+    wait_for(lambda: health(base)["queue_depth"] == 0)  # the server saw it leave the queue
+    assert health(base)["busy"] and "finished" not in results  # the running one goes on
+    stop_reading.set()
+    first.join()
+    assert "finished" not in results
+    wait_for(lambda: not health(base)["busy"], seconds=5)  # stopped within a step or so
+    ok = post(base, "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "temperature": 0})
+    assert ok.status_code == 200
+    assert health(base) == {"status": "ok", "busy": False, "queue_depth": 0}
+
+
+def test_metrics(base: str) -> None:
+    post(base, "/v1/completions", {"prompt": REPEAT, "max_tokens": 20, "temperature": 0})
+    text = httpx.get(f"{base}/metrics").text
+    for name in (
+        "localspec_requests_total",
+        "localspec_generated_tokens_total",
+        "localspec_drafted_tokens_total",
+        "localspec_accepted_tokens_total",
+        'localspec_acceptance_per_position{position="1"}',
+        "localspec_mean_acceptance_length",
+        "localspec_tokens_per_second_bucket",
+        "localspec_queue_depth",
+    ):
+        assert name in text, name
+
+
+def test_api_key(smollm: Engine) -> None:
+    with LiveServer(smollm, ServerSettings(api_key="s3cret")) as url:
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        r = post(
+            url,
+            "/v1/completions",
+            {"prompt": "x", "max_tokens": 1},
+            headers={"Authorization": "Bearer wrong"},
+        )
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        ok = post(
+            url,
+            "/v1/completions",
+            {"prompt": "x", "max_tokens": 1},
+            headers={"Authorization": "Bearer s3cret"},
+        )
+        assert ok.status_code == 200
+
+
+def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "serve",
+            str(smollm_path),
+            "--port",
+            str(port),
+            "-c",
+            "512",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        r = post(f"http://127.0.0.1:{port}", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
+        assert r.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert code == 0, err
+    assert "serving SmolLM2" in err and "/v1/completions" in err  # one log line per request
