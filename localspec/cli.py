@@ -223,6 +223,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the winner as a llama-server command or a vLLM config",
     )
     probe.set_defaults(handler=lambda a: _command("probe").cmd_probe(a))
+    chat = sub.add_parser("chat", help="terminal chat showing speculation live")
+    add_model_flags(chat)
+    add_spec_flags(chat)
+    chat.add_argument("--system", default=None, help="system message")
+    chat.add_argument("--temp", type=float, default=0.0, help="temperature (0: greedy)")
+    chat.add_argument(
+        "-n",
+        "--n-predict",
+        dest="max_tokens",
+        type=int,
+        default=1024,
+        help="most tokens per answer (default 1024)",
+    )
+    chat.set_defaults(handler=lambda a: _command("chat").cmd_chat(a))
+
     serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
     add_model_flags(serve)
     add_spec_flags(serve)

@@ -24,7 +24,7 @@ FILES = {"tiny-q4.gguf": b"GGUF" + bytes(range(256)) * 64, "README.md": b"# tiny
 class HubHandler(BaseHTTPRequestHandler):
     files: dict[str, bytes] = FILES
     drop_next_download = False  # cut the next file download half-way (a broken connection)
-    requests: list[str] = []  # noqa: RUF012 (shared log, read by the tests)
+    requests: list[str] = []
 
     def log_message(self, *args: object) -> None:
         pass

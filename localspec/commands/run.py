@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from localspec.api import Engine
 from localspec.errors import LocalspecError
 
 
-def load_engine(args: argparse.Namespace) -> Engine:
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``Engine.load`` from the shared model and spec flags."""
     from localspec.api import resolve_mode
     from localspec.catalog import load_catalog
     from localspec.drafters.ngram import NgramParams
@@ -32,11 +34,10 @@ def load_engine(args: argparse.Namespace) -> Engine:
         args.spec_ngram_simple_min_hits,
         min(args.spec_ngram_simple_min_n, args.spec_ngram_simple_size_n),
     )
-    target = args.target or load_catalog().default_model
-    return Engine.load(
-        target,
-        args.draft,
-        mode,
+    return dict(
+        target=args.target or load_catalog().default_model,
+        draft=args.draft,
+        mode=mode,
         n_ctx=args.ctx_size,
         n_threads=args.threads,
         n_gpu_layers=args.gpu_layers,
@@ -44,6 +45,10 @@ def load_engine(args: argparse.Namespace) -> Engine:
         spec=spec,
         ngram=ngram,
     )
+
+
+def load_engine(args: argparse.Namespace) -> Engine:
+    return Engine.load(**engine_options(args))
 
 
 def read_prompt(args: argparse.Namespace) -> tuple[str, bool]:

@@ -1,0 +1,1 @@
+"""`localspec chat`: a Textual terminal chat that shows speculation working."""

@@ -1,0 +1,200 @@
+"""The Textual application: loads the engine in a worker, hosts the chat screen, offers the
+command palette (switch mode, draft model, draft length)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.command import Hit, Hits, Provider
+
+from localspec.api import Engine
+from localspec.drafters.ngram import NgramParams
+from localspec.engine.loop import SpecConfig
+from localspec.errors import LocalspecError
+from localspec.tui.messages import EngineFailed, EngineReady
+from localspec.tui.screens.ask_path import AskScreen
+from localspec.tui.screens.chat import ChatScreen
+
+DRAFT_LENGTHS = (2, 4, 8, 16, 32, 48)
+
+
+@dataclass
+class ChatOptions:
+    target: str
+    draft: str | None = None
+    mode: str | None = None
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    ngram: NgramParams = field(default_factory=NgramParams)
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    n_gpu_layers_draft: int | None = None
+    system: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 1024
+
+
+def load_engine(options: ChatOptions) -> Engine:
+    return Engine.load(
+        options.target,
+        options.draft,
+        options.mode,
+        n_ctx=options.n_ctx,
+        n_threads=options.n_threads,
+        n_gpu_layers=options.n_gpu_layers,
+        n_gpu_layers_draft=options.n_gpu_layers_draft,
+        spec=options.spec,
+        ngram=options.ngram,
+    )
+
+
+class SpeculationCommands(Provider):
+    """Command palette entries: modes, draft lengths, draft model, save/load, new chat."""
+
+    def entries(self) -> list[tuple[str, Callable[[], Any], str]]:
+        app: ChatApp = self.app  # type: ignore[assignment]
+        found = [
+            (f"Mode: {m}", partial(app.switch_mode, m), f"speculate with {m}")
+            for m in ("ngram-simple", "draft-model", "none")
+        ]
+        found += [
+            (
+                f"Draft length: {n}",
+                partial(app.set_draft_length, n),
+                f"draft at most {n} tokens per round",
+            )
+            for n in DRAFT_LENGTHS
+        ]
+        found += [
+            ("Draft model: load another…", app.ask_draft_model, "reload with a draft"),
+            ("Colour drafted tokens: toggle", app.chat.action_toggle_colours, ""),
+            ("Save conversation", app.chat.action_save, "JSON file"),
+            ("Load conversation", app.chat.action_load, "JSON file"),
+            ("New chat", app.chat.action_new_chat, ""),
+            ("Copy last answer", app.chat.action_copy_answer, ""),
+        ]
+        return found
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, action, help_text in self.entries():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), action, help=help_text)
+
+
+class ChatApp(App[None]):
+    TITLE = "localspec chat"
+    COMMANDS = App.COMMANDS | {SpeculationCommands}
+
+    def __init__(
+        self, options: ChatOptions, loader: Callable[[ChatOptions], Engine] = load_engine
+    ) -> None:
+        super().__init__()
+        self.options = options
+        self.loader = loader
+        self.engine: Engine | None = None
+        self.mode_override: str | None = None
+        self.chat = ChatScreen()
+
+    def on_mount(self) -> None:
+        self.push_screen(self.chat)
+        if self.loader is not None:
+            self.sub_title = "loading the model…"
+            self.load()
+
+    @work(thread=True, exclusive=True, group="load")
+    def load(self) -> None:
+        assert self.loader is not None
+        try:
+            engine = self.loader(self.options)
+        except LocalspecError as exc:
+            self.post_message(EngineFailed(str(exc)))
+            return
+        self.post_message(EngineReady(engine))
+
+    def on_engine_ready(self, message: EngineReady) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        self.engine = message.engine
+        self.mode_override = None
+        self.sub_title = f"{self.engine.target_path.name} · {self.engine.mode}"
+        self.chat.stats.mode = self.current_mode
+        self.chat.stats.speedup = probe_speedup(self.engine.target_path, self.current_mode)
+        self.chat.stats.show(None)
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        self.sub_title = "no model"
+        self.chat.notice(f"could not load the model: {message.error}")
+
+    @property
+    def current_mode(self) -> str:
+        return self.mode_override or (self.engine.mode if self.engine else "-")
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.options.max_tokens,
+            "temperature": self.options.temperature,
+            "mode": self.mode_override,
+            "spec": self.options.spec,
+        }
+
+    # ----- switching without restarting --------------------------------------------------------
+
+    def switch_mode(self, mode: str) -> None:
+        if self.engine is None:
+            return
+        if mode == "draft-model" and self.engine.draft is None:
+            self.notify(
+                "no draft model loaded: use 'Draft model: load another…'", severity="warning"
+            )
+            return
+        self.mode_override = mode
+        self.chat.stats.mode = mode
+        self.chat.stats.speedup = probe_speedup(self.engine.target_path, mode)
+        self.chat.stats.show(self.chat.stats.last)
+        self.notify(f"mode: {mode} (from the next answer)")
+
+    def set_draft_length(self, n: int) -> None:
+        spec = self.options.spec
+        self.options.spec = dataclasses.replace(spec, n_max=n, n_min=min(spec.n_min, n))
+        self.notify(f"draft length: at most {n} tokens")
+
+    def ask_draft_model(self) -> None:
+        self.push_screen(
+            AskScreen("Draft model (.gguf path or catalog name):"), self.reload_with_draft
+        )
+
+    def reload_with_draft(self, draft: str | None) -> None:
+        if not draft:
+            return
+        if self.chat.generating:
+            self.notify("stop the answer first (esc)", severity="warning")
+            return
+        self.options.draft, self.options.mode = draft, "draft-model"
+        self.sub_title = "loading the draft model…"
+        self.load()
+
+    def on_unmount(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+
+def probe_speedup(target: Path, mode: str) -> float | None:
+    """The measured speedup of this mode from a saved `localspec probe`, if any."""
+    from localspec.probe import probe_file
+
+    try:
+        data = json.loads(probe_file(target).read_text())
+    except (OSError, ValueError):
+        return None
+    speeds = [r["speedup"] for r in data.get("ranking", []) if r.get("mode") == mode]
+    return max(speeds) if speeds else None

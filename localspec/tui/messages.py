@@ -1,0 +1,40 @@
+"""Messages the worker threads post to the UI (Textual messages are thread-safe to post)."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from localspec.api import Engine
+from localspec.engine.loop import StepEvent
+
+
+class EngineReady(Message):
+    def __init__(self, engine: Engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+
+class EngineFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class StepReceived(Message):
+    def __init__(self, event: StepEvent) -> None:
+        super().__init__()
+        self.event = event
+
+
+class AnswerFinished(Message):
+    def __init__(self, text: str, finish_reason: str, cancelled: bool) -> None:
+        super().__init__()
+        self.text = text
+        self.finish_reason = finish_reason
+        self.cancelled = cancelled
+
+
+class GenerationFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error

@@ -1,0 +1,269 @@
+"""The main screen: conversation, live statistics, prompt input."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input
+from textual.worker import get_current_worker
+
+from localspec.engine.loop import StepEvent
+from localspec.errors import LocalspecError
+from localspec.tui.messages import AnswerFinished, GenerationFailed, StepReceived
+from localspec.tui.screens.ask_path import AskScreen
+from localspec.tui.screens.context_full import ContextFullScreen
+from localspec.tui.screens.help import HelpScreen
+from localspec.tui.session import ChatSession
+from localspec.tui.widgets.conversation import Conversation
+from localspec.tui.widgets.message_view import MessageView
+from localspec.tui.widgets.stats_panel import StatsPanel
+
+if TYPE_CHECKING:
+    from localspec.tui.app import ChatApp
+
+REFRESH_S = 0.1  # redraw at most ten times a second: rendering must not slow generation
+ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits
+
+
+class ChatScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "stop", "stop"),
+        Binding("ctrl+n", "new_chat", "new chat"),
+        Binding("ctrl+s", "save", "save"),
+        Binding("ctrl+o", "load", "load"),
+        Binding("ctrl+y", "copy_answer", "copy"),
+        Binding("ctrl+t", "toggle_colours", "colours"),
+        Binding("f1", "help", "help"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session = ChatSession()
+        self.answer: MessageView | None = None
+        self.generating = False
+        self._last_draw = 0.0
+        self._window: list[tuple[float, int]] = []  # (time, n_tokens) for "tok/s now"
+
+    @property
+    def chat_app(self) -> ChatApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            yield Conversation()
+            yield StatsPanel()
+        yield Input(placeholder="Ask something (enter to send, f1 for help)", id="prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.session.system = self.chat_app.options.system
+        self.query_one(Input).focus()
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.query_one(Conversation)
+
+    @property
+    def stats(self) -> StatsPanel:
+        return self.query_one(StatsPanel)
+
+    def notice(self, text: str) -> None:
+        self.conversation.add("notice", text)
+
+    # ----- sending ----------------------------------------------------------------------------
+
+    @on(Input.Submitted, "#prompt")
+    def send(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if self.chat_app.engine is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        if self.generating:
+            self.notify("an answer is being generated (esc stops it)", severity="warning")
+            return
+        event.input.value = ""
+        self.session.add("user", text)
+        self.conversation.add("user", text)
+        self.start_answer()
+
+    def start_answer(self) -> None:
+        engine = self.chat_app.engine
+        assert engine is not None
+        messages = self.session.messages()
+        n_prompt = len(engine.tokenize_prompt(messages))
+        if n_prompt + ANSWER_ROOM > engine.target.n_ctx:
+            self.app.push_screen(
+                ContextFullScreen(n_prompt, engine.target.n_ctx), self.context_full_choice
+            )
+            return
+        self.generating = True
+        self._window.clear()
+        self.answer = self.conversation.add("assistant")
+        self.generate(messages)
+
+    def fits(self) -> bool:
+        engine = self.chat_app.engine
+        assert engine is not None
+        need = len(engine.tokenize_prompt(self.session.messages())) + ANSWER_ROOM
+        return need <= engine.target.n_ctx
+
+    async def context_full_choice(self, choice: str | None) -> None:
+        if choice == "trim":
+            while not self.fits() and self.session.trim_oldest_turn():
+                pass
+            if not self.fits():
+                self.session.turns.pop()
+                await self.redraw_conversation()
+                self.notice("not sent: this prompt alone is too long for the context")
+                return
+            await self.redraw_conversation()
+            self.notice("oldest turns trimmed to fit the context")
+            self.start_answer()
+        elif choice == "new":
+            await self.action_new_chat()
+        else:
+            if self.session.turns and self.session.turns[-1]["role"] == "user":
+                self.session.turns.pop()
+            self.notice("not sent: the conversation is too long for the context")
+
+    @work(thread=True, exclusive=True, group="generate")
+    def generate(self, messages: list[dict[str, str]]) -> None:
+        worker = get_current_worker()
+        app = self.chat_app
+        assert app.engine is not None
+        text, reason = [], "stop"
+        try:
+            stream = app.engine.stream(messages, **app.generation_kwargs())
+            try:
+                for event in stream:
+                    text.append(event.text)
+                    reason = event.finish_reason or reason
+                    self.post_message(StepReceived(event))
+                    if worker.is_cancelled:
+                        break
+            finally:
+                stream.close()  # the engine is consistent for the next turn
+        except LocalspecError as exc:
+            self.post_message(GenerationFailed(str(exc)))
+            return
+        self.post_message(AnswerFinished("".join(text), reason, worker.is_cancelled))
+
+    def on_step_received(self, message: StepReceived) -> None:
+        event = message.event
+        if self.answer is not None:
+            drafted, rest = self.split_drafted(event)
+            self.answer.append(drafted, True)
+            self.answer.append(rest, False)
+        now = time.perf_counter()
+        self._window.append((now, event.stats.n_tokens))
+        self._window = [(t, n) for t, n in self._window if now - t <= 1.0]
+        if now - self._last_draw >= REFRESH_S or event.finish_reason:
+            self.redraw(event)
+
+    def split_drafted(self, event: StepEvent) -> tuple[str, str]:
+        """The round's text is its accepted drafted tokens followed by the target's token."""
+        n_drafted = sum(event.from_draft)
+        if not n_drafted or self.chat_app.engine is None:
+            return "", event.text
+        piece = self.chat_app.engine.target.piece
+        drafted = b"".join(piece(t) for t in event.tokens[:n_drafted])
+        cut = min(len(drafted.decode("utf-8", errors="ignore")), len(event.text))
+        return event.text[:cut], event.text[cut:]
+
+    def redraw(self, event: StepEvent) -> None:
+        self._last_draw = time.perf_counter()
+        if self.answer is not None:
+            self.answer.flush()
+            self.conversation.scroll_end(animate=False)
+        (t0, n0), (t1, n1) = self._window[0], self._window[-1]
+        now_tps = (n1 - n0) / (t1 - t0) if t1 > t0 else event.stats.tokens_per_s
+        self.stats.show(event.stats, now_tps)
+
+    def on_answer_finished(self, message: AnswerFinished) -> None:
+        self.generating = False
+        if self.answer is not None:
+            self.answer.flush()
+        self.session.add("assistant", message.text)
+        if message.cancelled:
+            self.notice("stopped")
+        elif message.finish_reason == "length":
+            self.notice("the answer reached its length limit")
+        self.answer = None
+
+    def on_generation_failed(self, message: GenerationFailed) -> None:
+        self.generating = False
+        self.answer = None
+        if self.session.turns and self.session.turns[-1]["role"] == "user":
+            self.session.turns.pop()
+        self.notice(f"error: {message.error}")
+
+    # ----- actions ----------------------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.generating:
+            self.workers.cancel_group(self, "generate")
+
+    async def action_new_chat(self) -> None:
+        self.action_stop()
+        self.session.clear()
+        await self.conversation.remove_children()
+        self.stats.show(None)
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    def action_toggle_colours(self) -> None:
+        self.conversation.set_colour_drafts(not self.conversation.colour_drafts)
+
+    def action_copy_answer(self) -> None:
+        answer = self.session.last_answer()
+        if answer is None:
+            self.notify("no answer to copy yet", severity="warning")
+            return
+        self.app.copy_to_clipboard(answer)
+        self.notify("last answer copied")
+
+    def action_save(self) -> None:
+        default = str(Path.cwd() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json")
+        self.app.push_screen(AskScreen("Save the conversation to:", default), self.save_to)
+
+    def save_to(self, path: str | None) -> None:
+        if not path:
+            return
+        try:
+            self.session.save(Path(path).expanduser(), str(self.chat_app.options.target))
+        except (OSError, LocalspecError) as exc:
+            self.notify(f"not saved: {exc}", severity="error")
+            return
+        self.notify(f"saved to {path}")
+
+    def action_load(self) -> None:
+        self.app.push_screen(AskScreen("Load a conversation from:"), self.load_from)
+
+    async def load_from(self, path: str | None) -> None:
+        if not path:
+            return
+        try:
+            session = ChatSession.load(Path(path).expanduser())
+        except LocalspecError as exc:
+            self.notify(f"not loaded, the current chat is kept: {exc.message}", severity="error")
+            return
+        self.action_stop()
+        self.session = session
+        await self.redraw_conversation()
+        self.notify(f"loaded {path}")
+
+    async def redraw_conversation(self) -> None:
+        await self.conversation.remove_children()
+        for m in self.session.turns:
+            self.conversation.add(m["role"], m["content"])

@@ -1,0 +1,52 @@
+"""One message of the conversation. Tokens that came from accepted drafts can be shown in
+their own colour (toggle with ctrl+t), which is how speculation becomes visible."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+DRAFT_STYLE = "bold green"
+
+
+class MessageView(Static):
+    DEFAULT_CSS = """
+    MessageView { padding: 0 1; margin: 0 0 1 0; }
+    MessageView.user { background: $boost; color: $text; }
+    MessageView.assistant { color: $text; }
+    MessageView.notice { color: $warning; }
+    """
+
+    def __init__(self, role: str, text: str = "", colour_drafts: bool = True) -> None:
+        super().__init__(classes=role)
+        self.role = role
+        self.spans: list[tuple[str, bool]] = [(text, False)] if text else []
+        self.colour_drafts = colour_drafts
+        self._dirty = True
+
+    @property
+    def text(self) -> str:
+        return "".join(piece for piece, _ in self.spans)
+
+    def append(self, piece: str, drafted: bool) -> None:
+        if piece:
+            self.spans.append((piece, drafted))
+            self._dirty = True
+
+    def set_colour_drafts(self, on: bool) -> None:
+        self.colour_drafts = on
+        self._dirty = True
+        self.flush()
+
+    def flush(self) -> None:
+        """Re-render if anything changed (called at a bounded rate while streaming)."""
+        if self._dirty:
+            self._dirty = False
+            self.update(self.as_text())
+
+    def as_text(self) -> Text:
+        label = {"user": "you", "assistant": "model"}.get(self.role, self.role)
+        out = Text(f"{label}: ", style="bold")
+        for piece, drafted in self.spans:
+            out.append(piece, style=DRAFT_STYLE if drafted and self.colour_drafts else "")
+        return out

@@ -1,0 +1,141 @@
+"""`localspec chat` driven with Textual's Pilot, on the real SmolLM2-135M."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from localspec.tui.app import ChatApp, ChatOptions
+from localspec.tui.screens.ask_path import AskScreen
+from localspec.tui.screens.context_full import ContextFullScreen
+
+REPEAT = (
+    "Repeat exactly three times: the cat sat on the mat and looked at the dog. "
+    "the cat sat on the mat and looked at the dog."
+)
+
+
+def make_app(smollm_path: Path, **kw) -> ChatApp:  # type: ignore[no-untyped-def]
+    return ChatApp(ChatOptions(target=str(smollm_path), n_ctx=kw.pop("n_ctx", 2048), **kw))
+
+
+async def ready(app: ChatApp, pilot) -> None:  # type: ignore[no-untyped-def]
+    while app.engine is None:
+        await pilot.pause(0.05)
+
+
+async def ask(app: ChatApp, pilot, text: str, wait: bool = True) -> None:  # type: ignore[no-untyped-def]
+    app.chat.query_one("#prompt").value = text
+    await pilot.press("enter")
+    await pilot.pause(0.05)
+    while wait and app.chat.generating:
+        await pilot.pause(0.05)
+
+
+async def test_answer_streams_and_stats_show_speculation(smollm_path: Path) -> None:
+    app = make_app(smollm_path, max_tokens=60)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await ask(app, pilot, REPEAT)
+        stats = app.chat.stats.last
+        assert stats is not None and stats.tokens_per_s > 0 and stats.accepted > 0
+        panel = str(app.chat.stats.render_stats().columns[1]._cells)
+        assert "ngram-simple" in panel
+        answer = app.chat.conversation.views()[-1]
+        assert answer.role == "assistant" and answer.text.strip()
+        assert any(drafted for _, drafted in answer.spans)  # accepted drafts are coloured
+        assert app.chat.session.turns[-1]["role"] == "assistant"
+
+
+async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None:
+    app = make_app(smollm_path, max_tokens=600)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
+        while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
+            await pilot.pause(0.02)
+        await pilot.press("escape")
+        while app.chat.generating:
+            await pilot.pause(0.05)
+        stopped = app.chat.session.turns[-1]["content"]
+        assert any(v.text.endswith("stopped") for v in app.chat.conversation.views())
+        assert len(stopped) > 0
+        await ask(app, pilot, "Say hello.")
+        assert app.chat.session.turns[-1]["role"] == "assistant"
+        assert app.chat.session.turns[-1]["content"].strip()
+        assert len(app.chat.session.turns) == 4
+
+
+async def test_mode_switch_from_the_command_palette(smollm_path: Path) -> None:
+    app = make_app(smollm_path, max_tokens=40)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Mode: none")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.current_mode == "none"
+        await ask(app, pilot, REPEAT)
+        assert app.chat.stats.last.drafted == 0
+        app.switch_mode("ngram-simple")
+        await ask(app, pilot, REPEAT)
+        assert app.chat.stats.last.drafted > 0
+
+
+async def test_save_and_load_round_trip_and_damaged_file(smollm_path: Path, tmp_path: Path) -> None:
+    app = make_app(smollm_path, max_tokens=12)
+    saved = tmp_path / "chat.json"
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await ask(app, pilot, "Name a colour.")
+        turns = list(app.chat.session.turns)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, AskScreen)
+        app.screen.query_one("#answer").value = str(saved)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert json.loads(saved.read_text())["messages"] == turns
+        await pilot.press("ctrl+n")
+        await pilot.pause(0.1)
+        assert app.chat.session.turns == []
+        await pilot.press("ctrl+o")
+        await pilot.pause(0.1)
+        app.screen.query_one("#answer").value = str(saved)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert app.chat.session.turns == turns
+        assert len(app.chat.conversation.views()) == len(turns)
+
+        damaged = tmp_path / "damaged.json"
+        damaged.write_text('{"format": "localspec-chat", "messages": [{"role": 3}]}')
+        await pilot.press("ctrl+o")
+        await pilot.pause(0.1)
+        app.screen.query_one("#answer").value = str(damaged)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert app.chat.session.turns == turns  # the current chat is kept
+        assert any("not loaded" in str(n.message) for n in app._notifications)
+
+
+async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
+    app = make_app(smollm_path, n_ctx=512, max_tokens=8)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await ask(app, pilot, "Say yes.")
+        history = len(app.engine.tokenize_prompt(app.chat.session.messages()))
+        alone = len(app.engine.tokenize_prompt([{"role": "user", "content": ""}]))
+        room = 512 - 256 - alone  # a prompt of this many tokens fits alone, not with history
+        assert history - alone > 8
+        await ask(app, pilot, "word " * (room - 6), wait=False)
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, ContextFullScreen)
+        await pilot.click("#trim")
+        await pilot.pause(0.2)
+        while app.chat.generating:
+            await pilot.pause(0.05)
+        assert not isinstance(app.screen, ContextFullScreen)
+        texts = [v.text for v in app.chat.conversation.views()]
+        assert any("trimmed" in t for t in texts), texts
