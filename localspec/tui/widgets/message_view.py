@@ -46,7 +46,8 @@ class MessageView(Static):
 
     def as_text(self) -> Text:
         label = {"user": "you", "assistant": "model"}.get(self.role, self.role)
-        out = Text(f"{label}: ", style="bold")
+        out = Text()
+        out.append(f"{label}: ", style="bold")
         for piece, drafted in self.spans:
             out.append(piece, style=DRAFT_STYLE if drafted and self.colour_drafts else "")
         return out

@@ -9,7 +9,8 @@ from textual.widgets import Static
 
 from localspec.engine.stats import Stats
 
-BAR_WIDTH = 12
+BAR_WIDTH = 10
+MAX_POSITIONS = 6  # a1..a6 fit an 80x24 terminal
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -35,25 +36,24 @@ class StatsPanel(Static):
 
     def render_stats(self) -> Table:
         grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim")
-        grid.add_column()
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(no_wrap=True)
         grid.add_row("mode", self.mode)
         s = self.last
         if s is None:
             grid.add_row("", "waiting for a prompt")
             return grid
         grid.add_row("tok/s now", f"{self.now_tps:.1f}")
-        grid.add_row("tok/s answer", f"{s.tokens_per_s:.1f}")
-        grid.add_row("first token", f"{s.ttft_ms:.0f} ms")
+        grid.add_row("tok/s avg", f"{s.tokens_per_s:.1f}")
+        grid.add_row("1st token", f"{s.ttft_ms:.0f} ms")
         grid.add_row("tokens", str(s.n_tokens))
-        grid.add_row("accepted", f"{s.accepted}/{s.drafted} ({100 * s.acceptance_rate:.0f}%)")
-        grid.add_row("mean accept L", f"{s.mean_acceptance_length:.2f}")
-        for i, a in enumerate(s.acceptance_per_position[:8], 1):
+        grid.add_row("accepted", f"{s.accepted}/{s.drafted} {100 * s.acceptance_rate:.0f}%")
+        grid.add_row("mean L", f"{s.mean_acceptance_length:.2f}")
+        for i, a in enumerate(s.acceptance_per_position[:MAX_POSITIONS], 1):
             grid.add_row(f"a{i}", Text(f"{bar(a)} {100 * a:3.0f}%"))
         busy = s.draft_ms + s.verify_ms
         share = s.draft_ms / busy if busy else 0.0
-        grid.add_row("draft/verify", f"{100 * share:.0f}% / {100 * (1 - share):.0f}%")
-        state = "paused" if s.paused else f"drafting {s.n_draft_max}"
-        grid.add_row("adaptive", state + (f" ({s.pauses} pauses)" if s.pauses else ""))
-        grid.add_row("vs plain", f"{self.speedup:.2f}x (probe)" if self.speedup else "unknown")
+        grid.add_row("draft/verif", f"{100 * share:.0f}% / {100 * (1 - share):.0f}%")
+        grid.add_row("adaptive", f"paused ({s.pauses})" if s.paused else f"draft {s.n_draft_max}")
+        grid.add_row("vs plain", f"{self.speedup:.2f}x probe" if self.speedup else "unknown")
         return grid
