@@ -6,7 +6,7 @@ from __future__ import annotations
 from localspec.engine.loop import StepEvent
 from localspec.engine.stats import Stats
 from localspec.tui.app import ChatApp, ChatOptions
-from localspec.tui.messages import AnswerFinished, StepReceived
+from localspec.tui.messages import AnswerFinished
 
 STATS = Stats(n_prompt=42, n_tokens=96, drafted=120, accepted=84, rounds=30, verifications=20,
               drafted_at=(20, 18, 16, 14, 12, 10, 8, 6), accepted_at=(18, 15, 13, 11, 9, 8, 6, 4),
@@ -27,8 +27,7 @@ async def conversation(pilot) -> None:  # type: ignore[no-untyped-def]
     chat.generating = True
     chat.answer.append("def read_inventory(path: Path) -> list[Item]:\n", False)
     chat.answer.append("    items = []\n    with path.open(newline=\"\") as f:\n", True)
-    chat.post_message(StepReceived(StepEvent("    return items\n", (1, 2), (False, False),
-                                             STATS)))
+    chat.pending.append(StepEvent("    return items\n", (1, 2), (False, False), STATS))
     chat.post_message(AnswerFinished("", "stop", cancelled=False))
     await pilot.pause()
     chat.stats.mode = "ngram-simple"

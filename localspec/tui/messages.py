@@ -5,7 +5,6 @@ from __future__ import annotations
 from textual.message import Message
 
 from localspec.api import Engine
-from localspec.engine.loop import StepEvent
 
 
 class EngineReady(Message):
@@ -18,12 +17,6 @@ class EngineFailed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = error
-
-
-class StepReceived(Message):
-    def __init__(self, event: StepEvent) -> None:
-        super().__init__()
-        self.event = event
 
 
 class AnswerFinished(Message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from textual.worker import get_current_worker
 
 from localspec.engine.loop import StepEvent
 from localspec.errors import LocalspecError
-from localspec.tui.messages import AnswerFinished, GenerationFailed, StepReceived
+from localspec.tui.messages import AnswerFinished, GenerationFailed
 from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.context_full import ContextFullScreen
 from localspec.tui.screens.help import HelpScreen
@@ -28,7 +29,7 @@ from localspec.tui.widgets.stats_panel import StatsPanel
 if TYPE_CHECKING:
     from localspec.tui.app import ChatApp
 
-REFRESH_S = 0.1  # redraw at most ten times a second: rendering must not slow generation
+REFRESH_S = 0.25  # redraw four times a second: rendering must not slow generation
 ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits
 
 
@@ -48,7 +49,7 @@ class ChatScreen(Screen[None]):
         self.session = ChatSession()
         self.answer: MessageView | None = None
         self.generating = False
-        self._last_draw = 0.0
+        self.pending: deque[StepEvent] = deque()  # filled by the generation thread
         self._window: list[tuple[float, int]] = []  # (time, n_tokens) for "tok/s now"
 
     @property
@@ -65,7 +66,10 @@ class ChatScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.session.system = self.chat_app.options.system
-        self.query_one(Input).focus()
+        prompt = self.query_one(Input)
+        prompt.cursor_blink = False  # a blinking cursor repaints twice a second for nothing
+        prompt.focus()
+        self.set_interval(REFRESH_S, self.drain)
 
     @property
     def conversation(self) -> Conversation:
@@ -148,7 +152,7 @@ class ChatScreen(Screen[None]):
                 for event in stream:
                     text.append(event.text)
                     reason = event.finish_reason or reason
-                    self.post_message(StepReceived(event))
+                    self.pending.append(event)  # drained by the UI at its own pace
                     if worker.is_cancelled:
                         break
             finally:
@@ -158,16 +162,20 @@ class ChatScreen(Screen[None]):
             return
         self.post_message(AnswerFinished("".join(text), reason, worker.is_cancelled))
 
-    def on_step_received(self, message: StepReceived) -> None:
-        event = message.event
-        if self.answer is not None:
-            drafted, rest = self.split_drafted(event)
-            self.answer.append(drafted, True)
-            self.answer.append(rest, False)
-        now = time.perf_counter()
-        self._window.append((now, event.stats.n_tokens))
-        self._window = [(t, n) for t, n in self._window if now - t <= 1.0]
-        if now - self._last_draw >= REFRESH_S or event.finish_reason:
+    def drain(self) -> None:
+        """Show what the generation thread produced since the last call. Run on a timer, not
+        per token: on a small CPU every cycle the interface takes is taken from llama.cpp."""
+        event = None
+        while self.pending:
+            event = self.pending.popleft()
+            if self.answer is not None:
+                drafted, rest = self.split_drafted(event)
+                self.answer.append(drafted, True)
+                self.answer.append(rest, False)
+        if event is not None:
+            now = time.perf_counter()
+            self._window.append((now, event.stats.n_tokens))
+            self._window = [(t, n) for t, n in self._window if now - t <= 2.0]
             self.redraw(event)
 
     def split_drafted(self, event: StepEvent) -> tuple[str, str]:
@@ -181,7 +189,6 @@ class ChatScreen(Screen[None]):
         return event.text[:cut], event.text[cut:]
 
     def redraw(self, event: StepEvent) -> None:
-        self._last_draw = time.perf_counter()
         if self.answer is not None:
             self.answer.flush()
             self.conversation.scroll_end(animate=False)
@@ -190,6 +197,7 @@ class ChatScreen(Screen[None]):
         self.stats.show(event.stats, now_tps)
 
     def on_answer_finished(self, message: AnswerFinished) -> None:
+        self.drain()
         self.generating = False
         if self.answer is not None:
             self.answer.flush()
@@ -201,6 +209,7 @@ class ChatScreen(Screen[None]):
         self.answer = None
 
     def on_generation_failed(self, message: GenerationFailed) -> None:
+        self.pending.clear()
         self.generating = False
         self.answer = None
         if self.session.turns and self.session.turns[-1]["role"] == "user":
