@@ -238,6 +238,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.set_defaults(handler=lambda a: _command("chat").cmd_chat(a))
 
+    bench = sub.add_parser("bench", help="every mode vs plain decoding (and native llama.cpp)")
+    add_model_flags(bench)
+    add_spec_flags(bench)
+    bench.add_argument(
+        "--modes",
+        default="none,ngram-simple",
+        help="comma-separated modes (none, ngram-simple, draft-model)",
+    )
+    bench.add_argument(
+        "--prompts",
+        default="code-edit,code,qa,summary,creative,french",
+        help="prompt kinds or a prompt file",
+    )
+    bench.add_argument("--temps", default="0", help="comma-separated temperatures")
+    bench.add_argument("-n", "--n-predict", type=int, default=128, help="tokens per run")
+    bench.add_argument("--repeat", type=int, default=3, help="interleaved repeats")
+    bench.add_argument("--json", default=None, metavar="OUT", help="write JSON results")
+    bench.add_argument("--markdown", default=None, metavar="OUT.md", help="write a table")
+    bench.add_argument(
+        "--plot",
+        default=None,
+        metavar="OUT.png",
+        help="write a PNG plot (needs matplotlib: pip install localspec[plot])",
+    )
+    bench.add_argument(
+        "--native",
+        default=None,
+        metavar="DIR",
+        help="also run llama.cpp's llama-speculative-simple from DIR "
+        "(scripts/build-llama-cpp-tools builds it)",
+    )
+    bench.set_defaults(handler=lambda a: _command("bench").cmd_bench(a))
+
+    doctor = sub.add_parser("doctor", help="machine, threads, GPU offload, speculation ceiling")
+    add_model_flags(doctor)
+    add_spec_flags(doctor)
+    doctor.set_defaults(handler=lambda a: _command("bench").cmd_doctor(a))
+
     serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
     add_model_flags(serve)
     add_spec_flags(serve)

@@ -8,10 +8,24 @@ from localspec.engine.stats import Stats
 from localspec.tui.app import ChatApp, ChatOptions
 from localspec.tui.messages import AnswerFinished
 
-STATS = Stats(n_prompt=42, n_tokens=96, drafted=120, accepted=84, rounds=30, verifications=20,
-              drafted_at=(20, 18, 16, 14, 12, 10, 8, 6), accepted_at=(18, 15, 13, 11, 9, 8, 6, 4),
-              prefill_ms=80.0, draft_ms=12.0, verify_ms=2300.0, ttft_ms=95.0, gen_ms=2400.0,
-              n_draft_max=8, paused=False, pauses=1)
+STATS = Stats(
+    n_prompt=42,
+    n_tokens=96,
+    drafted=120,
+    accepted=84,
+    rounds=30,
+    verifications=20,
+    drafted_at=(20, 18, 16, 14, 12, 10, 8, 6),
+    accepted_at=(18, 15, 13, 11, 9, 8, 6, 4),
+    prefill_ms=80.0,
+    draft_ms=12.0,
+    verify_ms=2300.0,
+    ttft_ms=95.0,
+    gen_ms=2400.0,
+    n_draft_max=8,
+    paused=False,
+    pauses=1,
+)
 
 
 def app() -> ChatApp:
@@ -26,7 +40,7 @@ async def conversation(pilot) -> None:  # type: ignore[no-untyped-def]
     chat.answer = chat.conversation.add("assistant")
     chat.generating = True
     chat.answer.append("def read_inventory(path: Path) -> list[Item]:\n", False)
-    chat.answer.append("    items = []\n    with path.open(newline=\"\") as f:\n", True)
+    chat.answer.append('    items = []\n    with path.open(newline="") as f:\n', True)
     chat.pending.append(StepEvent("    return items\n", (1, 2), (False, False), STATS))
     chat.post_message(AnswerFinished("", "stop", cancelled=False))
     await pilot.pause()

@@ -36,25 +36,35 @@ def messages_from(prompt: str | Sequence[Message], system: str | None = None) ->
     return messages
 
 
+def render_chat(backend: Backend, messages: Sequence[Message]) -> str:
+    """The text the model's chat template makes of these messages (generation prompt added)."""
+    formatter = Jinja2ChatFormatter(
+        backend.chat_template() or CHATML,
+        eos_token=special_text(backend, backend.eos_token),
+        bos_token=special_text(backend, backend.bos_token),
+    )
+    try:
+        return formatter(messages=list(messages)).prompt
+    except Exception as exc:  # template errors come from user-supplied GGUF metadata
+        raise LocalspecError(
+            f"the chat template of {backend.path.name} failed: {exc}",
+            "run without --chat to send the prompt as raw text",
+        ) from None
+
+
+def special_text(backend: Backend, token: int) -> str:
+    return backend.token_text(token) if token >= 0 else ""
+
+
 def build_prompt(
     backend: Backend, prompt: str | Sequence[Message], chat: bool, system: str | None = None
 ) -> list[int]:
     """Tokenize a raw prompt, or render messages with the chat template and tokenize that."""
     if not chat and isinstance(prompt, str):
         return backend.tokenize(prompt, add_special=True, parse_special=True)
-    messages = messages_from(prompt, system)
-    bos = backend.token_text(backend.bos_token) if backend.bos_token >= 0 else ""
-    eos = backend.token_text(backend.eos_token) if backend.eos_token >= 0 else ""
-    formatter = Jinja2ChatFormatter(backend.chat_template() or CHATML, eos_token=eos, bos_token=bos)
-    try:
-        rendered = formatter(messages=messages)
-    except Exception as exc:  # template errors come from user-supplied GGUF metadata
-        raise LocalspecError(
-            f"the chat template of {backend.path.name} failed: {exc}",
-            "run without --chat to send the prompt as raw text",
-        ) from None
-    text = rendered.prompt
+    text = render_chat(backend, messages_from(prompt, system))
     # A template that writes the BOS token itself must not get a second one from the tokenizer.
     # End-of-turn tokens need no stop string: they are end-of-generation tokens for llama.cpp.
+    bos = special_text(backend, backend.bos_token)
     add_special = not (bos and text.startswith(bos))
     return backend.tokenize(text, add_special=add_special, parse_special=True)

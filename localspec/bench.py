@@ -1,0 +1,229 @@
+"""`localspec bench`: every (mode, prompt kind, temperature) cell against plain decoding of the
+same target, in one process, interleaved over repeats so that machine noise hits every cell
+alike. Speedups are computed per repeat from the raw timings of the plain run of the same
+prompt and temperature in the same repeat, then summarised (median, min-max)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+from localspec.api import Engine
+from localspec.lossless import compare
+from localspec.prompts import PromptCase
+
+
+@dataclass(frozen=True)
+class Run:
+    mode: str
+    prompt: str
+    kind: str
+    temperature: float
+    repeat: int
+    n_tokens: int
+    gen_ms: float
+    tokens_per_s: float
+    drafted: int
+    accepted: int
+    mean_acceptance_length: float
+    acceptance_per_position: tuple[float, ...]
+    draft_ms: float
+    verify_ms: float
+    tokens: tuple[int, ...] = field(repr=False, default=())
+    margins: tuple[float, ...] = field(repr=False, default=())
+    runners_up: tuple[int, ...] = field(repr=False, default=())
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: str
+    kind: str
+    temperature: float
+    tokens_per_s_min: float
+    tokens_per_s_median: float
+    speedup_median: float
+    speedup_min: float
+    speedup_max: float
+    acceptance_rate: float
+    mean_acceptance_length: float
+    acceptance_per_position: list[float]
+    draft_share: float
+    exact_match: str | None  # at temperature 0: "identical", "near tie" or "DIVERGED"
+    native_tokens_per_s: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def run_cells(
+    engine: Engine,
+    modes: Sequence[str],
+    prompts: Sequence[PromptCase],
+    temps: Sequence[float],
+    n_tokens: int,
+    repeats: int,
+    seed: int = 0,
+) -> Iterator[Run]:
+    """Interleave: repeat > prompt > temperature > plain first, then each mode."""
+    for repeat in range(repeats):
+        for case in prompts:
+            for temp in temps:
+                for mode in ["none", *[m for m in modes if m != "none"]]:
+                    r = engine.generate(
+                        case.text,
+                        chat=True,
+                        max_tokens=n_tokens,
+                        temperature=temp,
+                        seed=seed + repeat,
+                        mode=mode,
+                        record_margins=(mode == "none" and temp == 0),
+                    )
+                    s = r.stats
+                    yield Run(
+                        mode,
+                        case.name,
+                        case.kind,
+                        temp,
+                        repeat,
+                        s.n_tokens,
+                        s.gen_ms,
+                        s.tokens_per_s,
+                        s.drafted,
+                        s.accepted,
+                        s.mean_acceptance_length,
+                        s.acceptance_per_position,
+                        s.draft_ms,
+                        s.verify_ms,
+                        tuple(r.tokens),
+                        tuple(r.margins),
+                        tuple(r.runners_up),
+                    )
+
+
+def summarise(runs: Sequence[Run]) -> list[Cell]:
+    plain = {(r.prompt, r.temperature, r.repeat): r for r in runs if r.mode == "none"}
+    groups: dict[tuple[str, str, float], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.mode, r.kind, r.temperature), []).append(r)
+    cells = []
+    for (mode, kind, temp), rs in groups.items():
+        speedups = [
+            r.tokens_per_s / plain[(r.prompt, r.temperature, r.repeat)].tokens_per_s
+            for r in rs
+            if plain.get((r.prompt, r.temperature, r.repeat))
+        ]
+        drafted = sum(r.drafted for r in rs)
+        busy = sum(r.draft_ms + r.verify_ms for r in rs)
+        cells.append(
+            Cell(
+                mode=mode,
+                kind=kind,
+                temperature=temp,
+                tokens_per_s_min=min(r.tokens_per_s for r in rs),
+                tokens_per_s_median=statistics.median(r.tokens_per_s for r in rs),
+                speedup_median=statistics.median(speedups) if speedups else 0.0,
+                speedup_min=min(speedups, default=0.0),
+                speedup_max=max(speedups, default=0.0),
+                acceptance_rate=sum(r.accepted for r in rs) / drafted if drafted else 0.0,
+                mean_acceptance_length=statistics.mean(r.mean_acceptance_length for r in rs),
+                acceptance_per_position=mean_positions([r.acceptance_per_position for r in rs]),
+                draft_share=sum(r.draft_ms for r in rs) / busy if busy else 0.0,
+                exact_match=exact_match(rs, plain) if temp == 0 else None,
+            )
+        )
+    return cells
+
+
+def mean_positions(rows: Sequence[Sequence[float]]) -> list[float]:
+    width = max((len(r) for r in rows), default=0)
+    cols = [[r[i] for r in rows if i < len(r)] for i in range(width)]
+    return [round(statistics.mean(c), 4) for c in cols]
+
+
+def exact_match(runs: Sequence[Run], plain: dict[tuple[str, float, int], Run]) -> str:
+    worst = "identical"
+    for r in runs:
+        p = plain[(r.prompt, r.temperature, r.repeat)]
+        report = compare(p.tokens, p.margins, r.tokens, p.runners_up)
+        if not report.ok:
+            return "DIVERGED"
+        if not report.identical:
+            worst = "near tie"
+    return worst
+
+
+def meaning(mode: str, cells: Sequence[Cell], ceiling: float | None) -> str:
+    """One plain-language line per mode."""
+    mine = [c for c in cells if c.mode == mode]
+    if mode == "none" or not mine:
+        return ""
+    best = max(mine, key=lambda c: c.speedup_median)
+    worst = min(mine, key=lambda c: c.speedup_median)
+    if best.speedup_median < 1.0:
+        why = (
+            "the draft costs nearly a target step on this compute-bound CPU"
+            if mode == "draft-model"
+            else "little of the output repeats its context"
+        )
+        return f"{mode}: slower than plain everywhere here ({why})"
+    text = f"{mode}: up to {best.speedup_median:.2f}x on {best.kind}"
+    if ceiling:
+        text += f" ({100 * best.speedup_median / ceiling:.0f}% of the {ceiling:.2f}x ceiling)"
+    if worst.speedup_median < 0.97:
+        text += f"; loses on {worst.kind} ({worst.speedup_median:.2f}x)"
+    return text
+
+
+def plot(cells: Sequence[Cell], path: str, title: str) -> None:
+    """Speedup by mode and prompt kind, with the 1.0 line marked (matplotlib, optional)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [c for c in cells if c.mode != "none"]
+    labels = sorted({f"{c.kind}\nT={c.temperature:g}" for c in shown})
+    modes = sorted({c.mode for c in shown})
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(labels) * max(1, len(modes))), 4))
+    width = 0.8 / max(1, len(modes))
+    for i, mode in enumerate(modes):
+        values = {f"{c.kind}\nT={c.temperature:g}": c for c in shown if c.mode == mode}
+        xs = [j + i * width for j in range(len(labels))]
+        heights = [values[lab].speedup_median if lab in values else 0 for lab in labels]
+        low = [
+            h - (values[lab].speedup_min if lab in values else 0)
+            for h, lab in zip(heights, labels, strict=True)
+        ]
+        high = [
+            (values[lab].speedup_max if lab in values else 0) - h
+            for h, lab in zip(heights, labels, strict=True)
+        ]
+        ax.bar(xs, heights, width, label=mode, yerr=[low, high], capsize=3)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="plain decoding")
+    ax.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(labels))], labels)
+    ax.set_ylabel("speedup vs plain (median, min-max)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(cells: Sequence[Cell], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| mode | kind | T | tok/s (median) | speedup (median, min-max) | "
+        "accept | L | draft share | exact match | native tok/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(cells, key=lambda c: (c.mode, c.kind, c.temperature)):
+        native = f"{c.native_tokens_per_s:.1f}" if c.native_tokens_per_s else "-"
+        lines.append(
+            f"| {c.mode} | {c.kind} | {c.temperature:g} | {c.tokens_per_s_median:.1f} | "
+            f"{c.speedup_median:.2f}x ({c.speedup_min:.2f}-{c.speedup_max:.2f}) | "
+            f"{100 * c.acceptance_rate:.0f}% | {c.mean_acceptance_length:.2f} | "
+            f"{100 * c.draft_share:.0f}% | {c.exact_match or '-'} | {native} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,209 @@
+"""`localspec bench` and `localspec doctor`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from localspec import bench, native
+from localspec.commands.run import engine_options
+from localspec.errors import LocalspecError
+from localspec.fileops import atomic_path
+from localspec.prompts import select_prompts
+
+
+def parse_list(text: str, flag: str, cast=str) -> list:  # type: ignore[no-untyped-def]
+    try:
+        values = [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise LocalspecError(f"{flag} {text!r}: not a comma-separated list of values") from None
+    if not values:
+        raise LocalspecError(f"{flag} is empty")
+    return values
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_path(Path(path)) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from localspec.api import MODES, Engine
+
+    modes = parse_list(args.modes, "--modes")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise LocalspecError(
+            f"--modes: unknown mode(s) {', '.join(unknown)}", f"use {', '.join(MODES)}"
+        )
+    if "draft-model" in modes and args.draft is None:
+        raise LocalspecError("--modes draft-model needs a draft model (-md)")
+    temps = parse_list(args.temps, "--temps", float)
+    if any(t < 0 for t in temps) or args.repeat < 1 or args.n_predict < 1:
+        raise LocalspecError("--temps must be >= 0, --repeat and -n >= 1")
+    prompts = select_prompts(args.prompts)
+    args.mode = "draft-model" if args.draft else "ngram-simple"
+    options = engine_options(args)
+    console = Console(stderr=True)
+    with Engine.load(**options) as engine:
+        ceiling = engine.verify_cost().ceiling()
+        runs = []
+        for run in bench.run_cells(engine, modes, prompts, temps, args.n_predict, args.repeat):
+            console.print(
+                f"  [{run.repeat + 1}/{args.repeat}] {run.mode:13} {run.prompt:18} "
+                f"T={run.temperature:g} {run.tokens_per_s:6.1f} tok/s"
+            )
+            runs.append(run)
+        cells = bench.summarise(runs)
+        if args.native:
+            cells = with_native(args, engine, cells, prompts, options)
+    report(args, console, cells, ceiling, engine.target_path.name)
+    return 0
+
+
+def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyped-def]
+    """Median native tok/s per cell (same prompts, rendered with the same chat template)."""
+    from dataclasses import replace
+    from statistics import median
+
+    from localspec.engine.prompting import render_chat
+    from localspec.hardware import default_threads
+
+    settings = native.NativeSettings(
+        Path(args.native),
+        engine.target_path,
+        engine.draft.path if engine.draft else None,
+        args.n_predict,
+        args.threads or default_threads(),
+        options["n_ctx"],
+        options["spec"].n_max,
+    )
+    out = []
+    for cell in cells:
+        if not native.supported(cell.mode):
+            out.append(cell)
+            continue
+        speeds = [
+            native.run(
+                settings,
+                cell.mode,
+                render_chat(engine.target, [{"role": "user", "content": p.text}]),
+                cell.temperature,
+            )
+            for p in prompts
+            if p.kind == cell.kind
+            for _ in range(args.repeat)
+        ]
+        out.append(replace(cell, native_tokens_per_s=median(speeds)))
+    return out
+
+
+def report(args, console, cells, ceiling, model) -> None:  # type: ignore[no-untyped-def]
+    header = (
+        f"localspec bench: {model}, {args.n_predict} tokens, {args.repeat} repeat(s), "
+        f"{platform.machine()} {platform.processor() or ''}, ceiling {ceiling:.2f}x"
+    )
+    table = Table(title=header)
+    for col in (
+        "mode",
+        "kind",
+        "T",
+        "tok/s med",
+        "speedup (min-max)",
+        "accept",
+        "L",
+        "draft %",
+        "exact",
+        "native",
+    ):
+        table.add_column(col)
+    for c in sorted(cells, key=lambda c: (c.mode, c.kind, c.temperature)):
+        native_text = "-"
+        if c.native_tokens_per_s:
+            ratio = c.tokens_per_s_median / c.native_tokens_per_s
+            native_text = f"{c.native_tokens_per_s:.1f} ({ratio:.2f}x)"
+        table.add_row(
+            c.mode,
+            c.kind,
+            f"{c.temperature:g}",
+            f"{c.tokens_per_s_median:.1f}",
+            f"{c.speedup_median:.2f}x ({c.speedup_min:.2f}-{c.speedup_max:.2f})",
+            f"{100 * c.acceptance_rate:.0f}%",
+            f"{c.mean_acceptance_length:.2f}",
+            f"{100 * c.draft_share:.0f}%",
+            c.exact_match or "-",
+            native_text,
+        )
+    console.print(table)
+    console.print(f"ceiling on this machine (batch vs one-token throughput): {ceiling:.2f}x")
+    meanings = [
+        m
+        for m in (bench.meaning(mode, cells, ceiling) for mode in sorted({c.mode for c in cells}))
+        if m
+    ]
+    for line in meanings:
+        console.print(f"  {line}")
+    if args.json:
+        write_text(
+            args.json,
+            json.dumps(
+                {
+                    "model": model,
+                    "n_tokens": args.n_predict,
+                    "repeat": args.repeat,
+                    "ceiling": ceiling,
+                    "cells": [c.to_dict() for c in cells],
+                    "meaning": meanings,
+                },
+                indent=2,
+            ),
+        )
+    if args.markdown:
+        write_text(
+            args.markdown,
+            bench.markdown(cells, f"**{header}**")
+            + "\n"
+            + "\n".join(f"- {m}" for m in meanings)
+            + "\n",
+        )
+    if args.plot:
+        bench.plot(cells, args.plot, header)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import llama_cpp
+    import psutil
+
+    from localspec.api import Engine
+    from localspec.hardware import default_threads
+
+    mem = psutil.virtual_memory()
+    console = Console()
+    console.print(
+        f"machine: {platform.machine()}, {psutil.cpu_count(logical=False)} physical / "
+        f"{psutil.cpu_count()} logical cores, threads used: "
+        f"{args.threads or default_threads()}"
+    )
+    console.print(f"memory: {mem.total / 2**30:.1f} GiB, {mem.available / 2**30:.1f} GiB free")
+    console.print(
+        f"llama-cpp-python {llama_cpp.__version__}; GPU offload "
+        f"{'available' if llama_cpp.llama_supports_gpu_offload() else 'not built in (CPU)'}"
+    )
+    args.mode, args.draft = "ngram-simple", None
+    with Engine.load(**engine_options(args)) as engine:
+        cost = engine.verify_cost()
+        console.print(f"model: {engine.target_path}")
+        console.print(
+            f"one-token step {1000 * cost.seconds[0]:.1f} ms; "
+            f"batch of {int(cost.sizes[-1])} {1000 * cost.seconds[-1]:.1f} ms"
+        )
+        console.print(
+            f"ceiling for speculation here: {cost.ceiling():.2f}x "
+            "(no drafting can beat batch/one-token throughput)"
+        )
+    return 0

@@ -1,0 +1,91 @@
+"""llama.cpp's own speculative decoding (``llama-speculative-simple``), run on the same
+model, prompt, flags, context and threads as a bench cell, for the localspec/native ratio."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.errors import LocalspecError
+
+TOOL = "llama-speculative-simple"
+_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+_SPEC_TYPES = {"ngram-simple": "ngram-simple", "draft-model": "draft-simple"}
+
+
+@dataclass(frozen=True)
+class NativeSettings:
+    tool_dir: Path
+    target: Path
+    draft: Path | None
+    n_tokens: int
+    threads: int
+    n_ctx: int
+    n_max: int
+
+
+def supported(mode: str) -> bool:
+    return mode in _SPEC_TYPES
+
+
+def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float) -> list[str]:
+    """The llama-speculative-simple command line for one cell."""
+    cmd = [
+        str(s.tool_dir / TOOL),
+        "-m",
+        str(s.target),
+        "-f",
+        str(prompt_file),
+        "-n",
+        str(s.n_tokens),
+        "--temp",
+        f"{temperature:g}",
+        "-t",
+        str(s.threads),
+        "-c",
+        str(s.n_ctx),
+        "--seed",
+        "0",
+        "--spec-type",
+        _SPEC_TYPES[mode],
+        "--spec-draft-n-max",
+        str(s.n_max),
+    ]
+    if mode == "draft-model":
+        if s.draft is None:
+            raise LocalspecError("native draft-model needs a draft model (-md)")
+        cmd += ["-md", str(s.draft)]
+    return cmd
+
+
+def parse_speed(output: str) -> float:
+    match = _DECODED.search(output)
+    if match is None:
+        raise LocalspecError(
+            f"{TOOL} printed no 'decoded ... t/s' line",
+            "check that the tool runs: " + output.strip()[-300:],
+        )
+    return float(match.group(3))
+
+
+def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> float:
+    """Tokens per second of the native tool on this prompt (already chat-formatted)."""
+    if not (s.tool_dir / TOOL).exists():
+        raise LocalspecError(
+            f"no {TOOL} in {s.tool_dir}", "build it with scripts/build-llama-cpp-tools DIR"
+        )
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(prompt_text)
+    try:
+        done = subprocess.run(
+            command(s, mode, Path(f.name), temperature),
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    return parse_speed(done.stdout + done.stderr)

@@ -1,0 +1,121 @@
+"""`localspec bench` on a tiny run with a real model, the native runner's command line, and
+`localspec doctor`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec import native
+from localspec.cli import main
+
+
+def test_tiny_bench_writes_json_markdown_and_png(capsys, tmp_path: Path, smollm_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    png = tmp_path / "bench.png"
+    code = main(
+        [
+            "bench",
+            str(smollm_path),
+            "--modes",
+            "none,ngram-simple",
+            "--prompts",
+            "code-edit,creative",
+            "--temps",
+            "0,0.7",
+            "-n",
+            "16",
+            "--repeat",
+            "1",
+            "--json",
+            str(out),
+            "--markdown",
+            str(md),
+            "--plot",
+            str(png),
+        ]
+    )
+    assert code == 0
+    report = json.loads(out.read_text())
+    cells = {(c["mode"], c["kind"], c["temperature"]): c for c in report["cells"]}
+    assert set(cells) == {
+        (m, k, t)
+        for m in ("none", "ngram-simple")
+        for k in ("code-edit", "creative")
+        for t in (0.0, 0.7)
+    }
+    for key, cell in cells.items():
+        assert cell["tokens_per_s_median"] > 0
+        if key[0] == "none":
+            assert cell["speedup_median"] == pytest.approx(1.0)
+        if key[2] == 0.0:
+            assert cell["exact_match"] in ("identical", "near tie")
+    assert report["ceiling"] > 1.0
+    assert "| ngram-simple | code-edit | 0 |" in md.read_text()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    err = capsys.readouterr().err
+    assert "ceiling on this machine" in err
+
+
+def test_speedups_come_from_the_raw_timings() -> None:
+    from localspec.bench import Run, summarise
+
+    def run(mode: str, tps: float, repeat: int) -> Run:
+        return Run(
+            mode, "p", "qa", 0.7, repeat, 10, 1000 * 10 / tps, tps, 4, 2, 1.5, (0.5,), 1.0, 9.0
+        )
+
+    cells = summarise(
+        [
+            run("none", 20, 0),
+            run("ngram-simple", 30, 0),
+            run("none", 10, 1),
+            run("ngram-simple", 12, 1),
+        ]
+    )
+    spec = next(c for c in cells if c.mode == "ngram-simple")
+    assert spec.speedup_min == pytest.approx(1.2) and spec.speedup_max == pytest.approx(1.5)
+    assert spec.speedup_median == pytest.approx(1.35)
+    assert spec.tokens_per_s_min == 12 and spec.draft_share == pytest.approx(0.1)
+
+
+def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
+    s = native.NativeSettings(tmp_path, Path("/m/t.gguf"), Path("/m/d.gguf"), 64, 2, 4096, 8)
+    cmd = native.command(s, "draft-model", Path("/tmp/p.txt"), 0.0)
+    assert cmd[0] == str(tmp_path / "llama-speculative-simple")
+    joined = " ".join(cmd)
+    for part in (
+        "-m /m/t.gguf",
+        "-md /m/d.gguf",
+        "--spec-type draft-simple",
+        "-f /tmp/p.txt",
+        "-n 64",
+        "--temp 0",
+        "-t 2",
+        "-c 4096",
+        "--spec-draft-n-max 8",
+    ):
+        assert part in joined
+    ngram = " ".join(native.command(s, "ngram-simple", Path("/tmp/p.txt"), 0.7))
+    assert "--spec-type ngram-simple" in ngram and "-md" not in ngram
+    assert native.parse_speed(
+        "encoded  12 tokens in 0.1 seconds\n"
+        "decoded   64 tokens in    1.234 seconds, speed:   51.864 t/s"
+    ) == pytest.approx(51.864)
+
+
+def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
+    tools = Path(__file__).resolve().parents[1] / "native"
+    if not (tools / native.TOOL).exists():
+        pytest.skip("llama.cpp tools not built (scripts/build-llama-cpp-tools native)")
+    s = native.NativeSettings(tools, qwen_path, None, 16, 2, 2048, 16)
+    assert native.run(s, "ngram-simple", "def fib(n):", 0.0) > 0
+
+
+def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["doctor", str(smollm_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ceiling for speculation here" in out and "GPU offload" in out
