@@ -13,8 +13,9 @@ Every consumer (``localspec run``, the TUI, the server, probe, bench) reads the 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from localspec.drafters.base import Drafter
@@ -130,8 +131,10 @@ class Engine:
         n_gpu_layers_draft: int | None = None,
         spec: SpecConfig | None = None,
         ngram: NgramParams | None = None,
+        progress: Callable[[str, float], None] | None = None,
     ) -> Engine:
-        """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name."""
+        """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
+        ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1)."""
         mode = resolve_mode(mode, draft is not None)
         spec = spec or SpecConfig()
         spec.validate()
@@ -141,12 +144,18 @@ class Engine:
         if mode == "auto":
             mode, draft, spec = auto_choice(target_path, spec)
         draft_path = resolve_model(draft) if draft is not None else None
-        target_backend = Backend(target_path, BackendOptions(n_ctx, n_threads, n_gpu_layers))
+        target_backend = Backend(
+            target_path,
+            BackendOptions(n_ctx, n_threads, n_gpu_layers),
+            partial(progress, "target") if progress else None,
+        )
         draft_backend = None
         try:
             if draft_path is not None:
                 draft_backend = Backend(
-                    draft_path, BackendOptions(n_ctx, n_threads, n_gpu_layers_draft)
+                    draft_path,
+                    BackendOptions(n_ctx, n_threads, n_gpu_layers_draft),
+                    partial(progress, "draft") if progress else None,
                 )
                 problems = vocab_problems(target_backend.vocab_view(), draft_backend.vocab_view())
                 if problems:

@@ -139,3 +139,25 @@ async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
         assert not isinstance(app.screen, ContextFullScreen)
         texts = [v.text for v in app.chat.conversation.views()]
         assert any("trimmed" in t for t in texts), texts
+
+
+async def test_loading_reports_progress_and_answers_render_markdown(smollm_path: Path) -> None:
+    class Recording(ChatApp):
+        seen: list[str] = []
+
+        def on_load_progress(self, message) -> None:  # type: ignore[no-untyped-def]
+            super().on_load_progress(message)
+            self.seen.append(self.sub_title)
+
+    app = Recording(ChatOptions(target=str(smollm_path), max_tokens=40))
+    seen = app.seen
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        assert any(t.startswith("loading the target model") for t in seen)
+        await ask(app, pilot, "Write a Markdown list of three fruits.")
+        answer = app.chat.conversation.views()[-1]
+        assert answer.complete
+        await pilot.press("ctrl+t")  # colours off: the finished answer is rendered Markdown
+        from rich.markdown import Markdown
+
+        assert isinstance(answer.renderable(), Markdown)

@@ -57,8 +57,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     with load_engine(args) as engine:
-        if engine.mode != "none" and engine.spec.adaptive:
-            engine.verify_cost()  # measure now, not during the first request
         app = create_app(engine, ServerSettings(api_key=args.api_key, max_queue=args.max_queue))
         print(
             f"localspec: serving {engine.target_path.name} ({engine.mode}) on "

@@ -12,7 +12,7 @@ longest common prefix of what is cached (multi-turn chat, a drafter following th
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +36,17 @@ class BackendOptions:
 class Backend:
     """A loaded model with one context and one sequence (seq id 0)."""
 
-    def __init__(self, path: Path, options: BackendOptions | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        options: BackendOptions | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        """``progress(fraction)`` is called while the weights load (for progress displays)."""
         ensure_initialised()
         self.path = path
         self.options = options = options or BackendOptions()
-        self.model = self._load_model(path, options)
+        self.model = self._load_model(path, options, progress)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.ctx = self._new_context(options)
@@ -58,8 +64,14 @@ class Backend:
     # ----- loading -------------------------------------------------------------------------
 
     @staticmethod
-    def _load_model(path: Path, options: BackendOptions) -> llama_cpp.llama_model_p:
+    def _load_model(
+        path: Path, options: BackendOptions, progress: Callable[[float], None] | None
+    ) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
+        if progress is not None:
+            # Kept in a local until the load returns: ctypes must not free the callback early.
+            callback = llama_cpp.llama_progress_callback(lambda p, _user: progress(p) or True)
+            params.progress_callback = callback
         if options.n_gpu_layers is not None:
             params.n_gpu_layers = options.n_gpu_layers
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)

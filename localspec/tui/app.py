@@ -19,7 +19,7 @@ from localspec.api import Engine
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
 from localspec.errors import LocalspecError
-from localspec.tui.messages import EngineFailed, EngineReady
+from localspec.tui.messages import EngineFailed, EngineReady, LoadProgress
 from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.chat import ChatScreen
 
@@ -42,7 +42,9 @@ class ChatOptions:
     max_tokens: int = 1024
 
 
-def load_engine(options: ChatOptions) -> Engine:
+def load_engine(
+    options: ChatOptions, progress: Callable[[str, float], None] | None = None
+) -> Engine:
     return Engine.load(
         options.target,
         options.draft,
@@ -53,6 +55,7 @@ def load_engine(options: ChatOptions) -> Engine:
         n_gpu_layers_draft=options.n_gpu_layers_draft,
         spec=options.spec,
         ngram=options.ngram,
+        progress=progress,
     )
 
 
@@ -96,8 +99,9 @@ class ChatApp(App[None]):
     COMMANDS = App.COMMANDS | {SpeculationCommands}
 
     def __init__(
-        self, options: ChatOptions, loader: Callable[[ChatOptions], Engine] = load_engine
+        self, options: ChatOptions, loader: Callable[..., Engine] | None = load_engine
     ) -> None:
+        """``loader=None`` shows the interface without loading a model (layout snapshots)."""
         super().__init__()
         self.options = options
         self.loader = loader
@@ -115,11 +119,21 @@ class ChatApp(App[None]):
     def load(self) -> None:
         assert self.loader is not None
         try:
-            engine = self.loader(self.options)
+            engine = self.loader(self.options, self.report_progress)
         except LocalspecError as exc:
             self.post_message(EngineFailed(str(exc)))
             return
         self.post_message(EngineReady(engine))
+
+    def report_progress(self, what: str, fraction: float) -> None:
+        """Called from the loading thread by llama.cpp; throttled to whole percents."""
+        percent = int(100 * fraction)
+        if percent != getattr(self, "_last_percent", None):
+            self._last_percent = percent
+            self.post_message(LoadProgress(what, fraction))
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self.sub_title = f"loading the {message.what} model… {100 * message.fraction:.0f}%"
 
     def on_engine_ready(self, message: EngineReady) -> None:
         if self.engine is not None:

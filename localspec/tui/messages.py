@@ -31,3 +31,10 @@ class GenerationFailed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = error
+
+
+class LoadProgress(Message):
+    def __init__(self, what: str, fraction: float) -> None:
+        super().__init__()
+        self.what = what
+        self.fraction = fraction

@@ -200,7 +200,7 @@ class ChatScreen(Screen[None]):
         self.drain()
         self.generating = False
         if self.answer is not None:
-            self.answer.flush()
+            self.answer.finish()
         self.session.add("assistant", message.text)
         if message.cancelled:
             self.notice("stopped")

@@ -17,7 +17,7 @@ HELP = """\
 | ctrl+n | new chat |
 | ctrl+s / ctrl+o | save / load the conversation (JSON) |
 | ctrl+y | copy the last answer |
-| ctrl+t | colour tokens that came from accepted drafts (on/off) |
+| ctrl+t | colour tokens that came from accepted drafts, or show answers as Markdown |
 | ctrl+p | command palette: switch mode, draft model, draft length... |
 | f1 | this help |
 | ctrl+q | quit |

@@ -1,8 +1,11 @@
 """One message of the conversation. Tokens that came from accepted drafts can be shown in
-their own colour (toggle with ctrl+t), which is how speculation becomes visible."""
+their own colour, which is how speculation becomes visible; ctrl+t switches finished answers
+between that view and their Markdown rendering."""
 
 from __future__ import annotations
 
+from rich.console import RenderableType
+from rich.markdown import Markdown
 from rich.text import Text
 from textual.widgets import Static
 
@@ -22,6 +25,7 @@ class MessageView(Static):
         self.role = role
         self.spans: list[tuple[str, bool]] = [(text, False)] if text else []
         self.colour_drafts = colour_drafts
+        self.complete = role != "assistant" or bool(text)  # complete once generation ends
         self._dirty = True
 
     @property
@@ -38,11 +42,21 @@ class MessageView(Static):
         self._dirty = True
         self.flush()
 
+    def finish(self) -> None:
+        self.complete = True
+        self._dirty = True
+        self.flush()
+
     def flush(self) -> None:
         """Re-render if anything changed (called at a bounded rate while streaming)."""
         if self._dirty:
             self._dirty = False
-            self.update(self.as_text())
+            self.update(self.renderable())
+
+    def renderable(self) -> RenderableType:
+        if self.role == "assistant" and self.complete and not self.colour_drafts:
+            return Markdown(self.text)
+        return self.as_text()
 
     def as_text(self) -> Text:
         label = {"user": "you", "assistant": "model"}.get(self.role, self.role)
