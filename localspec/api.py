@@ -19,8 +19,10 @@ from functools import partial
 from pathlib import Path
 
 from localspec.drafters.base import Drafter
+from localspec.drafters.chain import ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
+from localspec.drafters.self_draft import SelfDraftDrafter
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost
@@ -29,10 +31,12 @@ from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
+from localspec.modes import LOOKUP_MODES, SINGLE_MODES, canonical, neural_part, parse_mode
 from localspec.pairing import vocab_problems
 from localspec.sources import resolve_model
 
-MODES = ("none", "draft-model", "ngram-simple")
+MODES = SINGLE_MODES
+CHAIN_NEURAL_N_MAX = 16  # a neural drafter's cap inside a chain (the lookup's is size-m)
 
 
 @dataclass(frozen=True)
@@ -57,16 +61,14 @@ def resolve_mode(mode: str | None, has_draft: bool) -> str:
                 "drop -md/--model-draft, or pick a mode",
             )
         return mode
-    if mode not in MODES:
+    mode = canonical(mode)
+    uses_draft_model = neural_part(mode) == "draft-model"
+    if uses_draft_model and not has_draft:
         raise LocalspecError(
-            f"unknown --mode '{mode}'", f"choose one of {', '.join(MODES)}, or auto"
+            f"--mode {mode} needs a draft model",
+            "give one with -md/--model-draft, or use --mode ngram-simple or draft-self",
         )
-    if mode == "draft-model" and not has_draft:
-        raise LocalspecError(
-            "--mode draft-model needs a draft model",
-            "give one with -md/--model-draft, or use --mode ngram-simple",
-        )
-    if mode != "draft-model" and has_draft:
+    if not uses_draft_model and has_draft:
         raise LocalspecError(
             f"a draft model was given but --mode is {mode}, which does not use one",
             "drop -md/--model-draft, or use --mode draft-model",
@@ -103,8 +105,11 @@ class Engine:
         mode: str,
         spec: SpecConfig,
         ngram: NgramParams,
+        draft_kind: str | None = None,
     ) -> None:
         self.target, self.draft, self.mode = target, draft, mode
+        # what ``draft`` is: "draft-model" (a second GGUF) or "draft-self" (layer subset)
+        self.draft_kind = draft_kind if draft is not None else None
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
         self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
@@ -132,9 +137,11 @@ class Engine:
         spec: SpecConfig | None = None,
         ngram: NgramParams | None = None,
         progress: Callable[[str, float], None] | None = None,
+        self_layers: str | None = None,
     ) -> Engine:
         """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
-        ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1)."""
+        ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1).
+        ``self_layers``: the layers ``draft-self`` keeps (``--spec-self-layers``)."""
         mode = resolve_mode(mode, draft is not None)
         spec = spec or SpecConfig()
         spec.validate()
@@ -143,6 +150,16 @@ class Engine:
         target_path = resolve_model(target)
         if mode == "auto":
             mode, draft, spec = auto_choice(target_path, spec)
+        draft_kind = neural_part(mode) if mode != "none" else None
+        if self_layers is not None and draft_kind != "draft-self":
+            raise LocalspecError(
+                "--spec-self-layers applies to --mode draft-self only",
+                "drop it, or add draft-self to --mode",
+            )
+        if draft_kind == "draft-self":
+            from localspec.self_draft import ensure_self_draft
+
+            draft = ensure_self_draft(target_path, self_layers).path
         draft_path = resolve_model(draft) if draft is not None else None
         target_backend = Backend(
             target_path,
@@ -157,7 +174,11 @@ class Engine:
                     BackendOptions(n_ctx, n_threads, n_gpu_layers_draft),
                     partial(progress, "draft") if progress else None,
                 )
-                problems = vocab_problems(target_backend.vocab_view(), draft_backend.vocab_view())
+                problems = (
+                    vocab_problems(target_backend.vocab_view(), draft_backend.vocab_view())
+                    if draft_kind == "draft-model"
+                    else []
+                )
                 if problems:
                     raise LocalspecError(
                         f"incompatible draft {draft_path.name} for target {target_path.name}: "
@@ -169,7 +190,7 @@ class Engine:
             if draft_backend is not None:
                 draft_backend.close()
             raise
-        return cls(target_backend, draft_backend, mode, spec, ngram)
+        return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind)
 
     def close(self) -> None:
         self.target.close()
@@ -202,13 +223,30 @@ class Engine:
             self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
         return self._controllers[key]
 
+    def available_modes(self) -> list[str]:
+        """The modes ``stream(mode=...)`` accepts with what is loaded."""
+        modes = ["none", "ngram-simple"]
+        if self.draft_kind is not None:
+            modes += [self.draft_kind, f"ngram-simple,{self.draft_kind}"]
+        return modes
+
     def _drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter | None:
+        if mode == "none":
+            return None
+        parts = parse_mode(mode)
+        drafters = [self._single_drafter(part, sampling, spec) for part in parts]
+        if len(drafters) == 1:
+            return drafters[0]
+        limits = [None if p in LOOKUP_MODES else min(spec.n_max, CHAIN_NEURAL_N_MAX) for p in parts]
+        return ChainedDrafter(drafters, limits)
+
+    def _single_drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter:
         if mode == "ngram-simple":
             return NgramDrafter(self.ngram)
-        if mode == "draft-model":
-            assert self.draft is not None
-            return DraftModelDrafter(self.draft, sampling, spec.p_min)
-        return None
+        assert self.draft is not None and mode == self.draft_kind
+        if mode == "draft-self":
+            return SelfDraftDrafter(self.draft, sampling, spec.p_min)
+        return DraftModelDrafter(self.draft, sampling, spec.p_min)
 
     def stream(
         self,
@@ -232,11 +270,11 @@ class Engine:
         sampling = validate_sampling(temperature, top_k, top_p, min_p, seed)
         if max_tokens is not None and max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
-        mode = self.mode if mode is None else mode
-        if mode not in MODES or (mode == "draft-model" and self.draft is None):
+        mode = self.mode if mode is None else canonical(mode)
+        if mode not in self.available_modes():
             raise LocalspecError(
                 f"mode '{mode}' is not available with the loaded models",
-                f"use one of: none, ngram-simple{', draft-model' if self.draft else ''}",
+                f"use one of: {', '.join(self.available_modes())}",
             )
         spec = spec or self.spec
         spec.validate()

@@ -27,7 +27,8 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
         default=None,
-        help="none | draft-model | ngram-simple (default: draft-model with -md, else ngram-simple)",
+        help="none | ngram-simple | draft-model | draft-self | draft-mtp, or a chain such as "
+        "ngram-simple,draft-self (default: draft-model with -md, else ngram-simple)",
     )
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens")
     p.add_argument(
@@ -97,6 +98,12 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         default=4,
         help="shortest key tried when the size-n key has no match "
         "(default 4; set it to size-n for llama.cpp's exact behaviour)",
+    )
+    g.add_argument(
+        "--spec-self-layers",
+        default=None,
+        help="draft-self: the target layers the draft keeps, e.g. 0-11, 0-5,18-23 or "
+        "skip-every=2 (default: the first half and the last layer)",
     )
     g.add_argument(
         "--no-adaptive",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -39,3 +40,35 @@ def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> st
             if progress:
                 progress(len(block))
     return digest.hexdigest()
+
+
+def _fingerprint(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def read_stamp(path: Path, stamp: Path) -> str | None:
+    """The SHA-256 recorded in ``stamp`` if ``path`` has not changed (size, mtime) since."""
+    try:
+        data = json.loads(stamp.read_text())
+        if {k: data[k] for k in ("size", "mtime_ns")} == _fingerprint(path):
+            return str(data["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def write_stamp(path: Path, digest: str, stamp: Path) -> None:
+    """Record that ``path``, as it is now, has SHA-256 ``digest`` (atomically)."""
+    with atomic_path(stamp) as tmp:
+        tmp.write_text(json.dumps({"sha256": digest, **_fingerprint(path)}))
+
+
+def stamped_sha256(path: Path, stamp: Path, progress: Callable[[int], None] | None = None) -> str:
+    """SHA-256 of ``path``, hashed only when it changed since ``stamp`` was written: checking
+    a multi-GB model on every load would cost seconds."""
+    digest = read_stamp(path, stamp)
+    if digest is None:
+        digest = sha256_file(path, progress)
+        write_stamp(path, digest, stamp)
+    return digest

@@ -33,7 +33,7 @@ _SCALARS = {
     GGUFValueType.INT64: "<q",
     GGUFValueType.FLOAT64: "<d",
 }
-SMALL_ARRAY = 64  # arrays up to this length are kept (per-layer hyperparameters)
+SMALL_ARRAY = 1024  # arrays up to this length are kept (per-layer hyperparameters)
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,9 @@ class GGUFHeader:
     metadata: dict[str, Any]
     tensors: list[TensorInfo]
     data_offset: int  # where tensor data begins
+    # key -> (start, end) byte range of the whole key/value record, so a rewriter can copy
+    # the records it does not change (token lists, merges) without decoding them
+    kv_spans: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Reader:
@@ -128,9 +131,12 @@ def read_header(path: Path) -> GGUFHeader:
             version = r.unpack("<I")
             n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
             metadata: dict[str, Any] = {}
+            kv_spans: dict[str, tuple[int, int]] = {}
             for _ in range(n_kv):
+                start = f.tell()
                 key = r.string()
                 metadata[key] = r.value(GGUFValueType(r.unpack("<I")))
+                kv_spans[key] = (start, f.tell())
             tensors = []
             for _ in range(n_tensors):
                 name = r.string()
@@ -145,7 +151,7 @@ def read_header(path: Path) -> GGUFHeader:
         ) from None
     except OSError as exc:
         raise LocalspecError(f"cannot read {path}: {exc.strerror}") from None
-    return GGUFHeader(version, metadata, tensors, data_offset)
+    return GGUFHeader(version, metadata, tensors, data_offset, kv_spans)
 
 
 def truncation_problem(path: Path) -> str | None:

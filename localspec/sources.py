@@ -16,7 +16,6 @@ go through ``fileops.atomic_path``.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from localspec.catalog import Catalog, ModelEntry, load_catalog
 from localspec.errors import LocalspecError
-from localspec.fileops import CHUNK, atomic_path, sha256_file
+from localspec.fileops import CHUNK, atomic_path, read_stamp, sha256_file, write_stamp
 from localspec.progress import byte_progress, status
 
 GGUF_MAGIC = b"GGUF"
@@ -96,16 +95,8 @@ def _verified(path: Path, entry: ModelEntry) -> bool:
     if entry.sha256 is None:
         return True
     stamp = path.with_name(path.name + ".verified")
-    fingerprint = {
-        "sha256": entry.sha256,
-        "size": path.stat().st_size,
-        "mtime_ns": path.stat().st_mtime_ns,
-    }
-    try:
-        if json.loads(stamp.read_text()) == fingerprint:
-            return True
-    except (OSError, ValueError):
-        pass
+    if read_stamp(path, stamp) == entry.sha256:
+        return True
     with byte_progress(f"verifying {path.name}", path.stat().st_size) as advance:
         digest = sha256_file(path, advance)
     if digest != entry.sha256:
@@ -116,7 +107,7 @@ def _verified(path: Path, entry: ModelEntry) -> bool:
             f"expected {entry.sha256}; the bad file was removed",
             "run the command again to fetch it anew",
         )
-    stamp.write_text(json.dumps(fingerprint))
+    write_stamp(path, digest, stamp)
     return True
 
 

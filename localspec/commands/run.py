@@ -21,7 +21,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     mode = resolve_mode(args.mode, args.draft is not None)
     n_max = args.spec_draft_n_max
     if n_max is None:
-        n_max = args.spec_ngram_simple_size_m if mode == "ngram-simple" else 16
+        n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
     spec = SpecConfig(
         n_max=n_max,
         n_min=args.spec_draft_n_min,
@@ -44,6 +44,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         n_gpu_layers_draft=args.gpu_layers_draft,
         spec=spec,
         ngram=ngram,
+        self_layers=args.spec_self_layers,
     )
 
 

@@ -19,12 +19,14 @@ class Draft:
 
     tokens: list[int] = field(default_factory=list)
     probs: list[np.ndarray] | None = None
+    source: str = ""  # which drafter of a chain made it ("": the drafter itself)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def truncated(self, n: int) -> Draft:
-        return Draft(self.tokens[:n], self.probs[:n] if self.probs is not None else None)
+        probs = self.probs[:n] if self.probs is not None else None
+        return Draft(self.tokens[:n], probs, self.source)
 
 
 class Drafter(Protocol):

@@ -197,7 +197,8 @@ class SpeculativeLoop:
                 break
             tokens.append(token)
         from_draft = [i < n_acc for i in range(len(tokens))]
-        self.recorder.record_round(len(draft), sum(from_draft))
+        source = draft.source or (self.drafter.name if self.drafter else "")
+        self.recorder.record_round(len(draft), sum(from_draft), source)
         context.extend(new)
         yield self._event(tokens, from_draft, margins[: len(tokens)])
         return chosen

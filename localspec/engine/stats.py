@@ -32,6 +32,8 @@ class Stats:
     n_draft_max: int = 0  # the adaptive controller's draft length now
     paused: bool = False  # the adaptive controller has paused speculation
     pauses: int = 0
+    # per drafter (a chain has several): (name, drafted, accepted, verifications)
+    by_drafter: tuple[tuple[str, int, int, int], ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -57,6 +59,15 @@ class Stats:
         data = asdict(self)
         data["drafted_at"] = list(self.drafted_at)
         data["accepted_at"] = list(self.accepted_at)
+        data["by_drafter"] = {
+            name: {
+                "drafted": drafted,
+                "accepted": accepted,
+                "verifications": verifications,
+                "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+            }
+            for name, drafted, accepted, verifications in self.by_drafter
+        }
         data.update(
             acceptance_rate=round(self.acceptance_rate, 4),
             acceptance_per_position=[round(a, 4) for a in self.acceptance_per_position],
@@ -80,18 +91,24 @@ class StatsRecorder:
     verifications: int = 0
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
+    by_drafter: dict[str, list[int]] = field(default_factory=dict)
     draft_s: float = 0.0
     verify_s: float = 0.0
     t_start: float = field(default_factory=time.perf_counter)
     t_prefilled: float | None = None
     t_first: float | None = None
 
-    def record_round(self, n_drafted: int, n_accepted: int) -> None:
-        """One verification pass: ``n_accepted`` of ``n_drafted`` tokens were kept and emitted."""
+    def record_round(self, n_drafted: int, n_accepted: int, drafter: str = "") -> None:
+        """One verification pass: ``n_accepted`` of ``n_drafted`` tokens were kept and emitted
+        (``drafter``: who drafted them)."""
         self.rounds += 1
         if n_drafted == 0:
             return
         self.verifications += 1
+        counts = self.by_drafter.setdefault(drafter, [0, 0, 0])
+        counts[0] += n_drafted
+        counts[1] += n_accepted
+        counts[2] += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
         while len(self.drafted_at) < n_drafted:
@@ -122,4 +139,5 @@ class StatsRecorder:
             n_draft_max=n_draft_max,
             paused=paused,
             pauses=pauses,
+            by_drafter=tuple((name, *counts) for name, counts in self.by_drafter.items()),  # type: ignore[misc]
         )

@@ -1,0 +1,41 @@
+"""Drafting modes, alone or chained: what a ``--mode`` string means and which draft it needs.
+
+A chain such as ``ngram-simple,draft-self`` tries the n-gram lookup first each round and
+asks the neural drafter only when the lookup has nothing (llama.cpp's precedence: the
+cheap, often long n-gram draft wins when it exists).
+"""
+
+from __future__ import annotations
+
+from localspec.errors import LocalspecError
+
+LOOKUP_MODES = ("ngram-simple",)
+NEURAL_MODES = ("draft-model", "draft-self", "draft-mtp")
+SINGLE_MODES = ("none", *LOOKUP_MODES, *NEURAL_MODES)
+EXAMPLES = "none, ngram-simple, draft-model, draft-self, draft-mtp, ngram-simple,draft-self"
+
+
+def parse_mode(mode: str) -> tuple[str, ...]:
+    """``'ngram-simple,draft-model'`` -> ('ngram-simple', 'draft-model'), validated."""
+    parts = tuple(p.strip() for p in mode.split(","))
+    unknown = [p for p in parts if p not in SINGLE_MODES]
+    if unknown:
+        raise LocalspecError(f"unknown --mode '{unknown[0]}'", f"choose one of {EXAMPLES}, or auto")
+    if len(parts) == 1:
+        return parts
+    neural = [p for p in parts if p in NEURAL_MODES]
+    if "none" in parts or len(set(parts)) != len(parts) or len(neural) != 1 or len(parts) != 2:
+        raise LocalspecError(
+            f"--mode '{mode}' is not a valid chain",
+            "chain one lookup mode and one neural mode, e.g. ngram-simple,draft-model",
+        )
+    return (parts[0], parts[1]) if parts[0] in LOOKUP_MODES else (parts[1], parts[0])
+
+
+def neural_part(mode: str) -> str | None:
+    """The neural drafter a mode uses (which decides what must be loaded), if any."""
+    return next((p for p in parse_mode(mode) if p in NEURAL_MODES), None)
+
+
+def canonical(mode: str) -> str:
+    return ",".join(parse_mode(mode))
