@@ -21,12 +21,14 @@ from pathlib import Path
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import SpecConfig, SpeculativeLoop, StepEvent
+from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
@@ -36,6 +38,9 @@ from localspec.pairing import vocab_problems
 from localspec.sources import resolve_model
 
 MODES = SINGLE_MODES
+# rollback depth asked of recurrent/hybrid targets: each step kept costs one copy of the
+# recurrent state, so drafts for such targets are capped at this length
+MAX_RECURRENT_ROLLBACK = 16
 CHAIN_NEURAL_N_MAX = 16  # a neural drafter's cap inside a chain (the lookup's is size-m)
 
 
@@ -106,10 +111,12 @@ class Engine:
         spec: SpecConfig,
         ngram: NgramParams,
         draft_kind: str | None = None,
+        mtp: MtpContext | None = None,
     ) -> None:
-        self.target, self.draft, self.mode = target, draft, mode
-        # what ``draft`` is: "draft-model" (a second GGUF) or "draft-self" (layer subset)
-        self.draft_kind = draft_kind if draft is not None else None
+        self.target, self.draft, self.mode, self.mtp = target, draft, mode, mtp
+        # what drafts: "draft-model" (a second GGUF), "draft-self" (a layer subset of the
+        # target) or "draft-mtp" (the target's NextN head, ``mtp``)
+        self.draft_kind = draft_kind if draft is not None or mtp is not None else None
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
         self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
@@ -138,10 +145,12 @@ class Engine:
         ngram: NgramParams | None = None,
         progress: Callable[[str, float], None] | None = None,
         self_layers: str | None = None,
+        self_quant: str = "auto",
     ) -> Engine:
         """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
         ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1).
-        ``self_layers``: the layers ``draft-self`` keeps (``--spec-self-layers``)."""
+        ``self_layers``/``self_quant``: the layers ``draft-self`` keeps and its weight type
+        (``--spec-self-layers``, ``--spec-self-quant``)."""
         mode = resolve_mode(mode, draft is not None)
         spec = spec or SpecConfig()
         spec.validate()
@@ -159,40 +168,44 @@ class Engine:
         if draft_kind == "draft-self":
             from localspec.self_draft import ensure_self_draft
 
-            draft = ensure_self_draft(target_path, self_layers).path
+            draft = ensure_self_draft(target_path, self_layers, self_quant).path
         draft_path = resolve_model(draft) if draft is not None else None
+        if draft_kind == "draft-mtp":
+            check_nextn(target_path)
         target_backend = Backend(
             target_path,
-            BackendOptions(n_ctx, n_threads, n_gpu_layers),
+            BackendOptions(
+                n_ctx,
+                n_threads,
+                n_gpu_layers,
+                n_rs_seq=min(spec.n_max, MAX_RECURRENT_ROLLBACK),
+                load_mtp=draft_kind == "draft-mtp",
+            ),
             partial(progress, "target") if progress else None,
         )
-        draft_backend = None
+        draft_backend: Backend | None = None
+        mtp = None
         try:
-            if draft_path is not None:
+            if draft_kind == "draft-mtp":
+                mtp = MtpContext(target_backend)
+            elif draft_path is not None:
                 draft_backend = Backend(
                     draft_path,
                     BackendOptions(n_ctx, n_threads, n_gpu_layers_draft),
                     partial(progress, "draft") if progress else None,
                 )
-                problems = (
-                    vocab_problems(target_backend.vocab_view(), draft_backend.vocab_view())
-                    if draft_kind == "draft-model"
-                    else []
-                )
-                if problems:
-                    raise LocalspecError(
-                        f"incompatible draft {draft_path.name} for target {target_path.name}: "
-                        + "; ".join(problems),
-                        "use a draft of the same family and tokenizer (see `localspec pairs`)",
-                    )
+                if draft_kind == "draft-model":
+                    check_pair(target_backend, draft_backend)
         except BaseException:
-            target_backend.close()
             if draft_backend is not None:
                 draft_backend.close()
+            target_backend.close()
             raise
-        return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind)
+        return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp)
 
     def close(self) -> None:
+        if self.mtp is not None:
+            self.mtp.close()
         self.target.close()
         if self.draft is not None:
             self.draft.close()
@@ -243,7 +256,11 @@ class Engine:
     def _single_drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter:
         if mode == "ngram-simple":
             return NgramDrafter(self.ngram)
-        assert self.draft is not None and mode == self.draft_kind
+        assert mode == self.draft_kind
+        if mode == "draft-mtp":
+            assert self.mtp is not None
+            return MtpDrafter(self.mtp, sampling, spec.p_min)
+        assert self.draft is not None
         if mode == "draft-self":
             return SelfDraftDrafter(self.draft, sampling, spec.p_min)
         return DraftModelDrafter(self.draft, sampling, spec.p_min)
@@ -281,6 +298,8 @@ class Engine:
         tokens = self.tokenize_prompt(prompt, chat, system)
         drafter = self._drafter(mode, sampling, spec)
         control = self._controller(mode, spec)
+        if self.mtp is not None:
+            self._follow_with_mtp("draft-mtp" in parse_mode(mode))
         loop = SpeculativeLoop(
             self.target, tokens, drafter, sampling, spec, max_tokens, stop, record_margins, control
         )
@@ -289,6 +308,14 @@ class Engine:
         finally:
             if drafter is not None:
                 drafter.close()
+
+    def _follow_with_mtp(self, on: bool) -> None:
+        """The MTP context mirrors the target only in draft-mtp generations (a plain one pays
+        nothing); when switched on, the target re-decodes whatever was not mirrored."""
+        assert self.mtp is not None
+        self.mtp.active = on
+        if on and self.mtp.synced < self.target.n_past:
+            self.target.trim(self.mtp.synced)
 
     def generate(self, prompt: str | Sequence[Message], **kwargs: object) -> GenerationResult:
         """Run ``stream`` to the end and gather the result."""
@@ -310,6 +337,7 @@ class Engine:
             event.stats,
             mode,
             margins,
+            runners_up,
         )
 
 
@@ -339,4 +367,15 @@ def validate_ngram(params: NgramParams) -> None:
     if params.min_n > params.size_n:
         raise LocalspecError(
             f"--spec-ngram-simple-min-n ({params.min_n}) must not exceed size-n ({params.size_n})"
+        )
+
+
+def check_pair(target: Backend, draft: Backend) -> None:
+    """llama.cpp's vocabulary rules for a draft model; refuse with the failing rule."""
+    problems = vocab_problems(target.vocab_view(), draft.vocab_view())
+    if problems:
+        raise LocalspecError(
+            f"incompatible draft {draft.path.name} for target {target.path.name}: "
+            + "; ".join(problems),
+            "use a draft of the same family and tokenizer (see `localspec pairs`)",
         )

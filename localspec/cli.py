@@ -103,7 +103,13 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         "--spec-self-layers",
         default=None,
         help="draft-self: the target layers the draft keeps, e.g. 0-11, 0-5,18-23 or "
-        "skip-every=2 (default: the first half and the last layer)",
+        "skip-every=2 (default: all but the second quarter, e.g. 0-5,12-23 of 24)",
+    )
+    g.add_argument(
+        "--spec-self-quant",
+        default="auto",
+        help="draft-self: weight type of the draft (auto: Q4_K_M for a F16/BF16/F32 target, "
+        "else the target's; none; Q8_0; Q4_K_M; Q4_0)",
     )
     g.add_argument(
         "--no-adaptive",

@@ -18,10 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.engine.layer_subset import subset_bytes, write_layer_subset
+from localspec.engine.quantize import FTYPES, requantize
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path, read_stamp, sha256_file, stamped_sha256, write_stamp
 from localspec.gguf_info import gguf_info, read_header, truncation_problem
@@ -73,10 +75,15 @@ def parse_layers(spec: str, n_layer: int) -> tuple[int, ...]:
 
 
 def default_layers(n_layer: int) -> tuple[int, ...]:
-    """The first half of the layers plus the last one: early layers carry most of what a
-    next token needs, and the last layer maps the residual stream back onto the output
-    head's expectations (measured on qwen2.5-coder-0.5b; see README)."""
-    return tuple(sorted({*range(max(1, n_layer // 2)), n_layer - 1}))
+    """Skip the second quarter of the layers (keep 0..n/4-1 and n/2..n-1).
+
+    Measured on qwen2.5-coder-0.5b (24 layers, greedy, 4-token drafts, acceptance on the
+    code-edit / qa / code prompts): 0-5,12-23 96% / 17% / 52%; 0-4,13-23 75% / 14% / 35%;
+    0-5,14-23 66%; 0-17,23 39% / 10% / 18%; 0-11,23 (first half) 0-2%; skip-every=2 2-3%.
+    The last layers map the residual stream onto what the output head expects and cannot
+    go; the early-middle layers are the most redundant."""
+    quarter = max(1, n_layer // 4)
+    return tuple(i for i in range(n_layer) if not quarter <= i < 2 * quarter)
 
 
 def label(layers: tuple[int, ...]) -> str:
@@ -118,21 +125,40 @@ def target_checksum(target: Path) -> str:
         return stamped_sha256(target, stamp, advance)
 
 
-def ensure_self_draft(target: Path, spec: str | None = None) -> SelfDraft:
+QUANTS = ("auto", "none", *FTYPES)
+
+
+def draft_quant(quant: str, target_file_type: str) -> str | None:
+    """``--spec-self-quant``: auto requantizes a 16/32-bit target's draft to Q4_K_M (the draft
+    only proposes; the target verifies every token, so the draft's precision moves
+    acceptance, never the output) and keeps an already quantized target's types."""
+    if quant not in QUANTS:
+        raise LocalspecError(
+            f"--spec-self-quant '{quant}' is not one of {', '.join(QUANTS)}",
+            "auto is the usual choice",
+        )
+    if quant == "auto":
+        return "Q4_K_M" if target_file_type in ("F16", "BF16", "ALL_F32") else None
+    return None if quant == "none" else quant
+
+
+def ensure_self_draft(target: Path, spec: str | None = None, quant: str = "auto") -> SelfDraft:
     """The self-draft for ``target`` with the layers ``spec`` names (default: see
-    ``default_layers``), built on first use and verified on reuse."""
+    ``default_layers``) and weights requantized per ``quant``, built on first use and
+    verified on reuse."""
     info = gguf_info(target)
+    ftype = draft_quant(quant, info.file_type)
     n_trunk = info.n_layer - info.n_layer_nextn
     if n_trunk < 2:
         raise LocalspecError(f"{target.name} has {n_trunk} layer(s): nothing to skip")
     layers = parse_layers(spec, n_trunk) if spec else default_layers(n_trunk)
     digest = target_checksum(target)
-    name = f"{target.stem}-{digest[:16]}-L{label(layers).replace(',', '_')}.gguf"
+    name = f"{target.stem}-{digest[:16]}-L{label(layers).replace(',', '_')}-{ftype or 'same'}.gguf"
     dest = cache_dir() / "self-draft" / name
     stamp = dest.with_name(dest.name + ".verified")
     if not _intact(dest, stamp):
-        _build(target, dest, stamp, layers, digest, info.architecture)
-    draft = SelfDraft(dest, layers, n_trunk, subset_bytes(target, layers))
+        _build(target, dest, stamp, layers, digest, info.architecture, ftype)
+    draft = SelfDraft(dest, layers, n_trunk, dest.stat().st_size)
     status(draft.describe())
     return draft
 
@@ -156,7 +182,13 @@ def _intact(dest: Path, stamp: Path) -> bool:
 
 
 def _build(
-    target: Path, dest: Path, stamp: Path, layers: tuple[int, ...], digest: str, arch: str
+    target: Path,
+    dest: Path,
+    stamp: Path,
+    layers: tuple[int, ...],
+    digest: str,
+    arch: str,
+    ftype: str | None,
 ) -> None:
     metadata = read_header(target).metadata
     positional = [k for k in _POSITIONAL_KEYS if f"{arch}.{k}" in metadata]
@@ -168,9 +200,13 @@ def _build(
         "localspec.self_draft.layers": label(layers),
         "localspec.self_draft.source_sha256": digest,
     }
-    with atomic_path(dest) as tmp:
+    with atomic_path(dest) as tmp, tempfile.TemporaryDirectory(dir=dest.parent) as work:
+        subset = Path(work) / "subset.gguf"
         with byte_progress("writing the draft", subset_bytes(target, layers)) as advance:
-            write_layer_subset(target, tmp, layers, extra, advance)
+            write_layer_subset(target, subset if ftype else tmp, layers, extra, advance)
+        if ftype:
+            status(f"requantizing the draft to {ftype}")
+            requantize(subset, tmp, ftype)
         problem = truncation_problem(tmp)
         if problem:
             raise LocalspecError(f"writing the draft-self model failed: {problem}")

@@ -45,6 +45,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         spec=spec,
         ngram=ngram,
         self_layers=args.spec_self_layers,
+        self_quant=args.spec_self_quant,
     )
 
 

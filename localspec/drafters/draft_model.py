@@ -8,7 +8,8 @@ Drafting stops early when the draft's top probability falls below ``p_min``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -41,33 +42,59 @@ class DraftModelDrafter:
         room = self.backend.n_ctx - len(context)
         n_max = min(n_max, room)
         row = self.backend.evaluate(context)
-        tokens: list[int] = []
-        probs: list[np.ndarray] | None = None if self.sampling.greedy else []
-        while True:
-            token, q, top = self._choose(row)
-            if tokens and top < self.p_min:
-                break
-            tokens.append(token)
-            if probs is not None:
-                probs.append(q)
-            if len(tokens) >= n_max:
-                break
-            row = self.backend.decode([token])[0]
-        return Draft(tokens, probs)
-
-    def _choose(self, row: np.ndarray) -> tuple[int, np.ndarray | None, float]:
-        """The draft token, its distribution (sampling only) and its top probability."""
-        if self.sampling.greedy:
-            token = int(row.argmax())
-            top = 1.0
-            if self.p_min > 0.0:
-                top = float(1.0 / np.exp(row.astype(np.float64) - row[token]).sum())
-            return token, None, top
-        q = probabilities(row, self.sampling)
-        return sample(q, self.rng), q, float(q.max())
+        return draft_autoregressively(
+            row, lambda token, _i: self.backend.decode([token])[0], n_max, self
+        )
 
     def accepted(self, n_accepted: int) -> None:
         """Nothing to do: the next ``propose`` re-syncs the cache with the accepted context."""
 
     def close(self) -> None:
         """The draft backend belongs to the Engine, which frees it; nothing to release here."""
+
+
+class _DraftSettings(Protocol):
+    sampling: SamplingParams
+    rng: np.random.Generator
+    p_min: float
+
+
+def draft_autoregressively(
+    row: np.ndarray,
+    next_row: Callable[[int, int], np.ndarray],
+    n_max: int,
+    settings: _DraftSettings,
+) -> Draft:
+    """The neural drafting loop: choose a token from ``row``, get the next logits with
+    ``next_row(token, n_drafted)``, until ``n_max`` tokens or the top probability falls
+    below ``p_min``. Shared by draft-model, draft-self and draft-mtp."""
+    tokens: list[int] = []
+    probs: list[np.ndarray] | None = None if settings.sampling.greedy else []
+    while True:
+        token, q, top = choose_draft_token(row, settings.sampling, settings.rng, settings.p_min)
+        if tokens and top < settings.p_min:
+            break
+        tokens.append(token)
+        if probs is not None:
+            probs.append(q)
+        if len(tokens) >= n_max:
+            break
+        row = next_row(token, len(tokens))
+    return Draft(tokens, probs)
+
+
+def choose_draft_token(
+    row: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, p_min: float
+) -> tuple[int, np.ndarray | None, float]:
+    """A neural drafter's next token from its logits ``row``: the token, its processed
+    distribution q (sampling only; greedy drafts are one-hot) and its top probability (for
+    the ``p_min`` cut-off). q goes through the same temperature/top-k/top-p as the target's
+    p, as rejection sampling requires."""
+    if sampling.greedy:
+        token = int(row.argmax())
+        top = 1.0
+        if p_min > 0.0:
+            top = float(1.0 / np.exp(row.astype(np.float64) - row[token]).sum())
+        return token, None, top
+    q = probabilities(row, sampling)
+    return sample(q, rng), q, float(q.max())

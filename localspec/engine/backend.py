@@ -7,6 +7,10 @@ be cut back after a rejection. This class offers those three things and nothing 
 The KV cache always holds ``tokens`` (positions 0 .. n_past-1); ``decode`` appends, ``trim``
 is the one place where it is cut back (``llama_memory_seq_rm``), and ``evaluate`` reuses the
 longest common prefix of what is cached (multi-turn chat, a drafter following the target).
+
+Recurrent and hybrid models keep a state, not a per-position cache: llama.cpp can roll back
+at most ``n_rs_seq`` trailing tokens of the latest decode (``max_rollback``; the loop keeps
+drafts that short). A deeper cut clears the sequence and decodes the kept tokens again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ class BackendOptions:
     n_threads: int | None = None  # None: physical cores
     n_gpu_layers: int | None = None  # None: llama.cpp's default; 0 keeps everything on the CPU
     n_batch: int = 512
+    # recurrent/hybrid models (Qwen3.5, Mamba...): how many trailing tokens a later
+    # ``llama_memory_seq_rm`` may cut without a re-prefill (llama.cpp keeps that many state
+    # snapshots per decode; ignored by attention-only models)
+    n_rs_seq: int = 0
+    load_mtp: bool = False  # load the NextN/MTP layers too (``draft-mtp``)
 
 
 class Backend:
@@ -55,6 +64,13 @@ class Backend:
         # llama.cpp caps the batch at the context size: ask it rather than trust the request.
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.tokens: list[int] = []
+        # called after every decoded chunk with (first position, tokens): the MTP drafter
+        # mirrors the target's hidden states this way
+        self.listeners: list[Callable[[int, Sequence[int]], None]] = []
+        recurrent = llama_cpp.llama_model_is_recurrent(self.model) or (
+            llama_cpp.llama_model_is_hybrid(self.model)
+        )
+        self.max_rollback: int | None = llama_cpp.llama_n_rs_seq(self.ctx) if recurrent else None
         self._batch = _Batch(self.n_batch)
         self._pieces: dict[int, bytes] = {}
         self._eog = np.zeros(self.n_vocab, dtype=bool)
@@ -74,6 +90,7 @@ class Backend:
             params.progress_callback = callback
         if options.n_gpu_layers is not None:
             params.n_gpu_layers = options.n_gpu_layers
+        params.load_mtp = options.load_mtp
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not model:
             raise LocalspecError(
@@ -88,6 +105,7 @@ class Backend:
         params.n_ctx = options.n_ctx
         params.n_batch = params.n_ubatch = options.n_batch
         params.n_seq_max = 1
+        params.n_rs_seq = options.n_rs_seq
         threads = options.n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
@@ -150,17 +168,29 @@ class Backend:
             # llama_decode restores the memory on rc 1/-1; on other codes we re-sync by trimming.
             self.trim(self.n_past)
             raise LocalspecError(f"llama_decode failed with code {rc}: {recent_log()}")
+        start = self.n_past
         self.tokens.extend(tokens)
+        for listener in self.listeners:
+            listener(start, tokens)
 
     def trim(self, n_keep: int) -> None:
         """Forget every token at position >= n_keep. The only KV-cache rollback in localspec."""
-        if not llama_cpp.llama_memory_seq_rm(self.memory, 0, n_keep, -1):
+        if n_keep > self.n_past:
+            return
+        if llama_cpp.llama_memory_seq_rm(self.memory, 0, n_keep, -1):
+            del self.tokens[n_keep:]
+            return
+        if self.max_rollback is None:
             raise LocalspecError(
-                f"{self.path.name}: this model's memory cannot roll back part of a sequence "
-                "(recurrent/hybrid architectures), so speculative decoding cannot verify drafts",
-                "use --mode none with this model",
+                f"llama.cpp refused to cut {self.path.name}'s cache at position {n_keep}",
+                "use --mode none with this model and report the issue",
             )
-        del self.tokens[n_keep:]
+        # a recurrent state cannot go back that far: start over and decode the kept part
+        kept = self.tokens[:n_keep]
+        llama_cpp.llama_memory_seq_rm(self.memory, 0, 0, -1)
+        self.tokens = []
+        if kept:
+            self.decode(kept)
 
     # ----- vocabulary ----------------------------------------------------------------------
 

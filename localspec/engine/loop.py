@@ -161,6 +161,8 @@ class SpeculativeLoop:
         room = min(self.target.n_ctx - self.target.n_past, self.target.n_batch) - 1
         if self.max_tokens is not None:
             room = min(room, self.max_tokens - len(self.output.tokens) - 1)
+        if self.target.max_rollback is not None:  # recurrent state: rollback depth is bounded
+            room = min(room, self.target.max_rollback)
         return max(0, min(k, room))
 
     def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:

@@ -1,0 +1,52 @@
+"""``draft-mtp``: the target's own multi-token-prediction (NextN) head drafts.
+
+The head is run by llama.cpp in a second context of the target model (``engine/mtp.py``),
+which follows the target's hidden states on its own; drafting is the head run
+autoregressively from the last accepted position, stopping early below ``p_min``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from localspec.drafters.base import Draft
+from localspec.drafters.draft_model import draft_autoregressively
+from localspec.engine.mtp import MtpContext
+from localspec.engine.verify import SamplingParams
+
+
+class MtpDrafter:
+    name = "draft-mtp"
+
+    def __init__(
+        self,
+        mtp: MtpContext,
+        sampling: SamplingParams,
+        p_min: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        self.mtp = mtp
+        self.sampling = sampling
+        self.p_min = p_min
+        self.rng = rng or np.random.default_rng(sampling.seed)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """The MTP context mirrored the prompt while the target processed it."""
+
+    def propose(self, context: Sequence[int], n_max: int) -> Draft:
+        pos = len(context) - 1  # where the target's last chosen token goes
+        n_max = min(n_max, self.mtp.target.n_ctx - len(context))
+        if n_max <= 0:
+            return Draft()
+        row = self.mtp.first_step(context[-1], pos)
+        return draft_autoregressively(
+            row, lambda token, n_drafted: self.mtp.next_step(token, pos + n_drafted), n_max, self
+        )
+
+    def accepted(self, n_accepted: int) -> None:
+        """Nothing to do: the target's next decode re-feeds the MTP cache from there."""
+
+    def close(self) -> None:
+        """The MTP context belongs to the Engine."""
