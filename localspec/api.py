@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 from localspec.drafters.base import Drafter
-from localspec.drafters.chain import ChainedDrafter
+from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
-from localspec.engine.adaptive import AdaptiveController
+from localspec.engine.adaptive import PROBE_LENGTH, AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost
-from localspec.engine.loop import SpecConfig, SpeculativeLoop, StepEvent
+from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.stats import Stats
@@ -83,8 +83,6 @@ def resolve_mode(mode: str | None, has_draft: bool) -> str:
 
 def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecConfig]:
     """``--mode auto``: the winner of the saved probe of this target (mode, draft, length)."""
-    from dataclasses import replace
-
     from localspec.probe import saved_choice
     from localspec.progress import status
 
@@ -233,7 +231,8 @@ class Engine:
         key = (mode, spec)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
-            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
+            n_start = None if mode in LOOKUP_MODES else PROBE_LENGTH
+            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min, True, n_start)
         return self._controllers[key]
 
     def available_modes(self) -> list[str]:
@@ -250,8 +249,14 @@ class Engine:
         drafters = [self._single_drafter(part, sampling, spec) for part in parts]
         if len(drafters) == 1:
             return drafters[0]
-        limits = [None if p in LOOKUP_MODES else min(spec.n_max, CHAIN_NEURAL_N_MAX) for p in parts]
-        return ChainedDrafter(drafters, limits)
+        return ChainedDrafter(drafters, [self._part_spec(p, spec).n_max for p in parts])
+
+    @staticmethod
+    def _part_spec(part: str, spec: SpecConfig) -> SpecConfig:
+        """A chain member's settings: a neural drafter is capped at CHAIN_NEURAL_N_MAX."""
+        if part in LOOKUP_MODES or spec.n_max <= CHAIN_NEURAL_N_MAX:
+            return spec
+        return replace(spec, n_max=CHAIN_NEURAL_N_MAX, n_min=min(spec.n_min, CHAIN_NEURAL_N_MAX))
 
     def _single_drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter:
         if mode == "ngram-simple":
@@ -297,7 +302,12 @@ class Engine:
         spec.validate()
         tokens = self.tokenize_prompt(prompt, chat, system)
         drafter = self._drafter(mode, sampling, spec)
-        control = self._controller(mode, spec)
+        control: DraftControl | None
+        if isinstance(drafter, ChainedDrafter) and spec.adaptive:
+            parts = [self._controller(p, self._part_spec(p, spec)) for p in parse_mode(mode)]
+            control = ChainController(drafter, [c for c in parts if c is not None])
+        else:
+            control = self._controller(mode, spec)
         if self.mtp is not None:
             self._follow_with_mtp("draft-mtp" in parse_mode(mode))
         loop = SpeculativeLoop(

@@ -108,8 +108,8 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--spec-self-quant",
         default="auto",
-        help="draft-self: weight type of the draft (auto: Q4_K_M for a F16/BF16/F32 target, "
-        "else the target's; none; Q8_0; Q4_K_M; Q4_0)",
+        help="draft-self: weight type of the draft, every tensor (auto: Q4_0 unless the target is "
+        "that small already; none: the target's types; Q8_0; Q4_K_M; Q4_0)",
     )
     g.add_argument(
         "--no-adaptive",

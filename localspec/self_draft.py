@@ -128,17 +128,26 @@ def target_checksum(target: Path) -> str:
 QUANTS = ("auto", "none", *FTYPES)
 
 
+# file types already as small as Q4_0 (or smaller): requantizing them gains nothing
+_SMALL_TYPES = ("Q4_0", "Q4_1", "Q2_K", "Q3_K", "IQ", "TQ", "Q1")
+
+
 def draft_quant(quant: str, target_file_type: str) -> str | None:
-    """``--spec-self-quant``: auto requantizes a 16/32-bit target's draft to Q4_K_M (the draft
-    only proposes; the target verifies every token, so the draft's precision moves
-    acceptance, never the output) and keeps an already quantized target's types."""
+    """``--spec-self-quant``: the draft's weight type (None: the target's own types).
+
+    auto requantizes the draft to plain Q4_0 for every tensor, head included, unless the
+    target is already that small. The draft only proposes, the target verifies every token,
+    so the draft's precision moves acceptance, never the output; and on a CPU, where a step
+    costs what its weights weigh, speed is what a draft needs: on qwen2.5-coder-0.5b F16
+    (33.7 ms/token) the 18-layer draft costs 9.5 ms as Q4_0 and 16.9 ms as Q4_K_M (whose
+    Q6_K output head is 40% of its bytes)."""
     if quant not in QUANTS:
         raise LocalspecError(
             f"--spec-self-quant '{quant}' is not one of {', '.join(QUANTS)}",
             "auto is the usual choice",
         )
     if quant == "auto":
-        return "Q4_K_M" if target_file_type in ("F16", "BF16", "ALL_F32") else None
+        return None if target_file_type.startswith(_SMALL_TYPES) else "Q4_0"
     return None if quant == "none" else quant
 
 
@@ -206,7 +215,7 @@ def _build(
             write_layer_subset(target, subset if ftype else tmp, layers, extra, advance)
         if ftype:
             status(f"requantizing the draft to {ftype}")
-            requantize(subset, tmp, ftype)
+            requantize(subset, tmp, ftype, pure=True)
         problem = truncation_problem(tmp)
         if problem:
             raise LocalspecError(f"writing the draft-self model failed: {problem}")

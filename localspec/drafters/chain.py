@@ -3,6 +3,10 @@
 llama.cpp's precedence rule: the lookup drafter is asked first; only when it has nothing is
 the neural drafter run. Each draft is tagged with the drafter that made it, so statistics
 are kept per drafter as well as in total.
+
+Each drafter of a chain also has its own adaptive controller (``ChainController``): an
+n-gram lookup that copies a file earns 48-token drafts while the neural drafter, between
+two copies, may earn 3 or none, and one shared estimate would serve both badly.
 """
 
 from __future__ import annotations
@@ -11,26 +15,32 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from localspec.drafters.base import Draft, Drafter
+from localspec.engine.adaptive import AdaptiveController
 
 
 class ChainedDrafter:
-    """``limits[i]``: the most tokens drafter i may draft per round (None: the loop's limit).
-    A lookup draft is nearly free to make and long when it copies; a neural draft costs a
-    forward pass per token, so the neural drafter gets its own, shorter cap."""
+    """``limits[i]``: the most tokens drafter i may draft this round (None: the loop's
+    limit; 0: skip it). A ``ChainController`` rewrites them every round."""
 
     def __init__(self, drafters: Sequence[Drafter], limits: Sequence[int | None]) -> None:
         self.drafters = list(drafters)
         self.limits = list(limits)
         self.name = ",".join(d.name for d in self.drafters)
+        self.last_source: int | None = None  # index of the drafter of the last draft
 
     def begin(self, prompt: Sequence[int]) -> None:
         for drafter in self.drafters:
             drafter.begin(prompt)
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
-        for drafter, limit in zip(self.drafters, self.limits, strict=True):
-            draft = drafter.propose(context, n_max if limit is None else min(n_max, limit))
+        self.last_source = None
+        for i, (drafter, limit) in enumerate(zip(self.drafters, self.limits, strict=True)):
+            n = n_max if limit is None else min(n_max, limit)
+            if n <= 0:
+                continue
+            draft = drafter.propose(context, n)
             if draft.tokens:
+                self.last_source = i
                 return replace(draft, source=drafter.name)
         return Draft()
 
@@ -42,3 +52,42 @@ class ChainedDrafter:
     def close(self) -> None:
         for drafter in self.drafters:
             drafter.close()
+
+
+class ChainController:
+    """The loop's controller for a chain: one ``AdaptiveController`` per drafter, each fed
+    only the rounds its drafter drafted; the loop's draft length is the longest allowed."""
+
+    def __init__(self, chain: ChainedDrafter, parts: Sequence[AdaptiveController]) -> None:
+        self.chain = chain
+        self.parts = list(parts)
+        self.start()
+
+    def start(self) -> None:
+        for part in self.parts:
+            part.start()
+
+    def next_draft_length(self) -> int:
+        self.chain.limits = [part.next_draft_length() for part in self.parts]
+        return max(self.chain.limits)
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+        source = self.chain.last_source
+        if n_drafted and source is not None:
+            self.parts[source].observe(n_drafted, n_accepted, draft_s, verify_s)
+            return
+        for part, limit in zip(self.parts, self.chain.limits, strict=True):
+            if limit:  # asked, but had nothing: a plain round for it
+                part.observe(0, 0, draft_s, verify_s)
+
+    @property
+    def n_draft(self) -> int:
+        return max(part.n_draft for part in self.parts)
+
+    @property
+    def paused(self) -> bool:
+        return all(part.paused for part in self.parts)
+
+    @property
+    def pauses(self) -> int:
+        return sum(part.pauses for part in self.parts)

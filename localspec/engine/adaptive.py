@@ -36,8 +36,16 @@ HOPELESS_BELOW = 1.05
 
 class AdaptiveController:
     def __init__(
-        self, n_max: int, cost: VerifyCost | None, n_min: int = 0, enabled: bool = True
+        self,
+        n_max: int,
+        cost: VerifyCost | None,
+        n_min: int = 0,
+        enabled: bool = True,
+        n_start: int | None = None,
     ) -> None:
+        """``n_start``: the first draft length (default ``n_max``). A neural drafter starts
+        short: each of its tokens costs a forward pass, so a long first draft that fails
+        costs as much as many plain tokens; a lookup draft is free to make and starts long."""
         self.n_max, self.n_min = n_max, n_min
         self.enabled = enabled and cost is not None
         self.cost = cost
@@ -45,7 +53,7 @@ class AdaptiveController:
         self._tried = np.zeros(n_max + 1)
         self._draft_per_token = 0.0
         self._draft_seen = False
-        self.n_draft = n_max
+        self.n_draft = n_max if n_start is None else max(1, min(n_start, n_max))
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
         self.start()
 

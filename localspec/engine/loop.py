@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -52,6 +53,19 @@ class SpecConfig:
             raise LocalspecError(f"--spec-draft-p-min must be within [0, 1] (got {self.p_min})")
 
 
+class DraftControl(Protocol):
+    """Chooses each round's draft length from what it observes (``AdaptiveController``, or
+    ``ChainController`` with one controller per drafter of a chain)."""
+
+    n_draft: int
+    paused: bool
+    pauses: int
+
+    def start(self) -> None: ...
+    def next_draft_length(self) -> int: ...
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
+
+
 @dataclass(frozen=True)
 class StepEvent:
     """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
@@ -90,7 +104,7 @@ class SpeculativeLoop:
         max_tokens: int | None,
         stop: Sequence[str] = (),
         record_margins: bool = False,
-        control: AdaptiveController | None = None,
+        control: DraftControl | None = None,
     ) -> None:
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
@@ -108,7 +122,9 @@ class SpeculativeLoop:
         self.record_margins = record_margins
         self.rng = np.random.default_rng(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
-        self.control = control or AdaptiveController(spec.n_max, None, spec.n_min, False)
+        self.control: DraftControl = control or AdaptiveController(
+            spec.n_max, None, spec.n_min, False
+        )
         self.control.start()
         self.recorder = StatsRecorder(n_prompt=len(prompt))
 

@@ -18,12 +18,14 @@ FTYPES = {
 }
 
 
-def requantize(source: Path, dest: Path, ftype: str) -> None:
-    """Write ``source`` requantized to ``ftype`` into ``dest`` (the caller makes it atomic)."""
+def requantize(source: Path, dest: Path, ftype: str, pure: bool = False) -> None:
+    """Write ``source`` requantized to ``ftype`` into ``dest`` (the caller makes it atomic).
+    ``pure``: every tensor gets ``ftype`` (no higher-precision output head or mixes)."""
     ensure_initialised()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = FTYPES[ftype]
     params.allow_requantize = True
+    params.pure = pure
     params.nthread = default_threads()
     rc = llama_cpp.llama_model_quantize(str(source).encode(), str(dest).encode(), params)
     if rc != 0:
