@@ -163,7 +163,7 @@ def meaning(mode: str, cells: Sequence[Cell], ceiling: float | None) -> str:
     if best.speedup_median < 1.0:
         why = (
             "the draft costs nearly a target step on this compute-bound CPU"
-            if mode == "draft-model"
+            if "draft-model" in mode or "draft-self" in mode
             else "little of the output repeats its context"
         )
         return f"{mode}: slower than plain everywhere here ({why})"

@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--modes",
         default="none,ngram-simple",
-        help="comma-separated modes (none, ngram-simple, draft-model)",
+        help="comma-separated modes: none, ngram-simple, draft-model, draft-self, draft-mtp, "
+        "or chains written with + (ngram-simple+draft-self)",
     )
     bench.add_argument(
         "--prompts",

@@ -16,8 +16,9 @@ EXAMPLES = "none, ngram-simple, draft-model, draft-self, draft-mtp, ngram-simple
 
 
 def parse_mode(mode: str) -> tuple[str, ...]:
-    """``'ngram-simple,draft-model'`` -> ('ngram-simple', 'draft-model'), validated."""
-    parts = tuple(p.strip() for p in mode.split(","))
+    """``'ngram-simple,draft-model'`` -> ('ngram-simple', 'draft-model'), validated. A chain
+    may also be written with ``+`` (where commas already separate modes, as in bench)."""
+    parts = tuple(p.strip() for p in mode.replace("+", ",").split(","))
     unknown = [p for p in parts if p not in SINGLE_MODES]
     if unknown:
         raise LocalspecError(f"unknown --mode '{unknown[0]}'", f"choose one of {EXAMPLES}, or auto")

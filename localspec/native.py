@@ -10,10 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.errors import LocalspecError
+from localspec.modes import parse_mode
 
 TOOL = "llama-speculative-simple"
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
-_SPEC_TYPES = {"ngram-simple": "ngram-simple", "draft-model": "draft-simple"}
+# llama.cpp's --spec-type names; draft-self has no native counterpart
+_SPEC_TYPES = {
+    "ngram-simple": "ngram-simple",
+    "draft-model": "draft-simple",
+    "draft-mtp": "draft-mtp",
+}
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,12 @@ class NativeSettings:
 
 
 def supported(mode: str) -> bool:
-    return mode in _SPEC_TYPES
+    return all(part in _SPEC_TYPES for part in parse_mode(mode))
+
+
+def spec_type(mode: str) -> str:
+    """``ngram-simple,draft-model`` -> ``ngram-simple,draft-simple`` (a chain, as in llama.cpp)."""
+    return ",".join(_SPEC_TYPES[part] for part in parse_mode(mode))
 
 
 def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float) -> list[str]:
@@ -50,11 +61,11 @@ def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float)
         "--seed",
         "0",
         "--spec-type",
-        _SPEC_TYPES[mode],
+        spec_type(mode),
         "--spec-draft-n-max",
         str(s.n_max),
     ]
-    if mode == "draft-model":
+    if "draft-model" in parse_mode(mode):
         if s.draft is None:
             raise LocalspecError("native draft-model needs a draft model (-md)")
         cmd += ["-md", str(s.draft)]

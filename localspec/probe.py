@@ -26,8 +26,8 @@ from localspec.sources import cache_dir
 
 WORTH_IT = 1.03  # below this mean speedup, speculation is not worth recommending
 
-# Draftless modes this version can measure (the others are listed as not available yet).
-MEASURABLE_DRAFTLESS = ("ngram-simple",)
+# Draftless modes probe measures (when the target supports them: draft-mtp needs NextN layers).
+MEASURABLE_DRAFTLESS = ("ngram-simple", "draft-self", "draft-mtp")
 
 
 @dataclass(frozen=True)
@@ -235,6 +235,8 @@ def export_command(config: ProbeConfig, target: Path, kind: str) -> str:
         parts = ["llama-server", "-m", str(target)]
         if config.mode == "none":
             return " ".join(parts)
+        if config.mode == "draft-self":
+            return "# draft-self (layer skipping) has no llama-server equivalent"
         if config.mode == "draft-model":
             parts += ["-md", str(config.draft), "--spec-type", "draft-simple"]
         else:
@@ -243,7 +245,11 @@ def export_command(config: ProbeConfig, target: Path, kind: str) -> str:
     if kind == "vllm":
         if config.mode == "none":
             return "# no speculative config: plain decoding was fastest"
-        if config.mode == "draft-model":
+        if config.mode == "draft-self":
+            return "# draft-self (layer skipping) has no vLLM equivalent"
+        if config.mode == "draft-mtp":
+            spec = {"method": "mtp", "num_speculative_tokens": config.n_max}
+        elif config.mode == "draft-model":
             spec: dict[str, object] = {
                 "model": str(config.draft),
                 "num_speculative_tokens": config.n_max,

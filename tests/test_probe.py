@@ -51,8 +51,8 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
     out = capsys.readouterr().out
     report = json.loads(out)
     modes = {r["mode"] for r in report["ranking"]}
-    assert modes == {"ngram-simple", "draft-model"}
-    assert len(report["measurements"]) == 2 * 2 * 2  # 2 configs x 2 lengths x 2 prompts
+    assert modes == {"ngram-simple", "draft-self", "draft-model"}
+    assert len(report["measurements"]) == 3 * 2 * 2  # 3 configs x 2 lengths x 2 prompts
     assert all(
         m["plain_tokens_per_s"] > 0 and m["tokens_per_s"] > 0 for m in report["measurements"]
     )
@@ -60,7 +60,9 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
     assert speedups == sorted(speedups, reverse=True)
     assert report["incompatible"][0]["candidate"] == str(smollm_path)
     assert "vocabulary sizes differ" in report["incompatible"][0]["why"]
-    assert {u["mode"] for u in report["unavailable_modes"]} == {"draft-self", "draft-mtp"}
+    assert report["unavailable_modes"] == [
+        {"mode": "draft-mtp", "why": "no NextN (MTP) layers in this GGUF"}
+    ]
     assert report["recommendation"]
 
     choice = saved_choice(qwen_f16_path)
@@ -169,6 +171,11 @@ def test_export_commands() -> None:
     assert "--spec-type ngram-simple" in export_command(
         ProbeConfig("ngram-simple", 16), target, "llama-server"
     )
+    assert "--spec-type draft-mtp" in export_command(
+        ProbeConfig("draft-mtp", 3), target, "llama-server"
+    )
+    assert '"method": "mtp"' in export_command(ProbeConfig("draft-mtp", 3), target, "vllm")
+    assert export_command(ProbeConfig("draft-self", 4), target, "llama-server").startswith("#")
 
 
 def test_prompt_files_and_kinds(tmp_path: Path) -> None:

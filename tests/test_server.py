@@ -132,7 +132,16 @@ def test_per_request_override_does_not_leak(base: str) -> None:
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be > 0"),
         ({"prompt": "x", "n": 2}, 400, "only n=1"),
         ({"prompt": "x", "speculative": {"n_mx": 3}}, 400, "speculative.n_mx"),
-        ({"prompt": "x", "speculative": {"mode": "draft-model"}}, 400, "no draft model"),
+        (
+            {"prompt": "x", "speculative": {"mode": "draft-model"}},
+            400,
+            "not available on this server",
+        ),
+        (
+            {"prompt": "x", "speculative": {"mode": "draft-fast"}},
+            400,
+            "not available on this server",
+        ),
         ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
         ({"prompt": "word " * 2000}, 400, "context holds 1024"),
     ],

@@ -17,9 +17,9 @@ from localspec.fileops import atomic_path
 from localspec.prompts import select_prompts
 
 
-def parse_list(text: str, flag: str, cast=str) -> list:  # type: ignore[no-untyped-def]
+def parse_list(text: str, flag: str, cast=str, sep: str = ",") -> list:  # type: ignore[no-untyped-def]
     try:
-        values = [cast(x.strip()) for x in text.split(",") if x.strip()]
+        values = [cast(x.strip()) for x in text.split(sep) if x.strip()]
     except ValueError:
         raise LocalspecError(f"{flag} {text!r}: not a comma-separated list of values") from None
     if not values:
@@ -33,21 +33,23 @@ def write_text(path: str, text: str) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from localspec.api import MODES, Engine
+    from localspec.api import Engine
+    from localspec.modes import canonical, neural_part
 
-    modes = parse_list(args.modes, "--modes")
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
+    modes = [canonical(m) for m in parse_list(args.modes, "--modes")]
+    neural = {neural_part(m) for m in modes} - {None}
+    if len(neural) > 1:
         raise LocalspecError(
-            f"--modes: unknown mode(s) {', '.join(unknown)}", f"use {', '.join(MODES)}"
+            f"--modes: one neural drafter per run ({', '.join(sorted(neural))} given)",
+            "bench the others in a second run",
         )
-    if "draft-model" in modes and args.draft is None:
+    if "draft-model" in neural and args.draft is None:
         raise LocalspecError("--modes draft-model needs a draft model (-md)")
     temps = parse_list(args.temps, "--temps", float)
     if any(t < 0 for t in temps) or args.repeat < 1 or args.n_predict < 1:
         raise LocalspecError("--temps must be >= 0, --repeat and -n >= 1")
     prompts = select_prompts(args.prompts)
-    args.mode = "draft-model" if args.draft else "ngram-simple"
+    args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
     console = Console(stderr=True)
     with Engine.load(**options) as engine:

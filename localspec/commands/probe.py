@@ -50,16 +50,17 @@ def cmd_probe(args: argparse.Namespace) -> int:
         for c, v, problem in rows
         if v is None or not v.compatible
     ]
+    draftless = [m for m, ok, _ in draftless_modes(info) if ok and m in probe.MEASURABLE_DRAFTLESS]
     unavailable = [
         (m, why if not ok else "not measurable in this version of localspec")
         for m, ok, why in draftless_modes(info)
-        if m not in probe.MEASURABLE_DRAFTLESS
+        if m not in draftless
     ]
     console = Console(stderr=args.json)
     measurements: list[probe.Measurement] = []
     interrupted = False
     try:
-        for m in run_all(args, target, compatible, prompts, lengths, console):
+        for m in run_all(args, target, draftless, compatible, prompts, lengths, console):
             measurements.append(m)
     except KeyboardInterrupt:
         interrupted = True
@@ -84,6 +85,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def run_all(
     args,
     target: Path,
+    draftless: list[str],
     compatible: list[Candidate],
     prompts,
     lengths,  # type: ignore[no-untyped-def]
@@ -95,9 +97,10 @@ def run_all(
         f"probing {target.name}: {len(prompts)} prompt(s), {args.n_predict} tokens, "
         f"draft lengths {lengths}"
     )
-    with Engine.load(target, mode="ngram-simple", **options) as engine:
-        configs = [probe.ProbeConfig("ngram-simple", n) for n in lengths]
-        yield from announce(probe.measure(engine, configs, prompts, **gen), console)
+    for mode in draftless:  # draft-self derives its draft on first use (printed)
+        with Engine.load(target, mode=mode, **options) as engine:
+            configs = [probe.ProbeConfig(mode, n) for n in lengths]
+            yield from announce(probe.measure(engine, configs, prompts, **gen), console)
     for c in compatible:
         assert c.path is not None
         with Engine.load(

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from localspec.api import Engine
 from localspec.engine.stats import Stats
 from localspec.errors import LocalspecError
+from localspec.modes import canonical
 from localspec.server.metrics import ServerMetrics
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
 from localspec.server.schemas import ChatRequest, CompletionRequest
@@ -157,10 +158,16 @@ class Server:
     def generation_args(self, req: CompletionRequest | ChatRequest) -> dict[str, Any]:
         over = req.speculative
         mode = over.mode if over and over.mode else self.engine.mode
-        if mode == "draft-model" and self.engine.draft is None:
+        available = self.engine.available_modes()
+        try:
+            mode = canonical(mode)
+        except LocalspecError:
+            mode = ""
+        if mode not in available:
             raise ApiError(
                 400,
-                "speculative.mode draft-model: the server has no draft model",
+                f"speculative.mode {over.mode if over else mode!r} is not available on this "
+                f"server (it has: {', '.join(available)})",
                 param="speculative.mode",
             )
         spec = self.engine.spec

@@ -17,7 +17,7 @@ Number = StrictFloat | StrictInt
 class SpeculativeOverride(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["none", "ngram-simple", "draft-model"] | None = None
+    mode: StrictStr | None = None  # checked against what the server has loaded
     n_max: StrictInt | None = Field(default=None, ge=1, le=256)
     n_min: StrictInt | None = Field(default=None, ge=0, le=256)
     p_min: Number | None = Field(default=None, ge=0.0, le=1.0)

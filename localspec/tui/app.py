@@ -37,6 +37,8 @@ class ChatOptions:
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     n_gpu_layers_draft: int | None = None
+    self_layers: str | None = None
+    self_quant: str = "auto"
     system: str | None = None
     temperature: float = 0.0
     max_tokens: int = 1024
@@ -56,6 +58,8 @@ def load_engine(
         spec=options.spec,
         ngram=options.ngram,
         progress=progress,
+        self_layers=options.self_layers,
+        self_quant=options.self_quant,
     )
 
 
@@ -64,10 +68,10 @@ class SpeculationCommands(Provider):
 
     def entries(self) -> list[tuple[str, Callable[[], Any], str]]:
         app: ChatApp = self.app  # type: ignore[assignment]
-        found = [
-            (f"Mode: {m}", partial(app.switch_mode, m), f"speculate with {m}")
-            for m in ("ngram-simple", "draft-model", "none")
-        ]
+        modes = app.engine.available_modes() if app.engine else ["ngram-simple", "none"]
+        if "draft-model" not in modes:
+            modes.append("draft-model")  # offered: it explains how to load a draft
+        found = [(f"Mode: {m}", partial(app.switch_mode, m), f"speculate with {m}") for m in modes]
         found += [
             (
                 f"Draft length: {n}",
@@ -166,10 +170,9 @@ class ChatApp(App[None]):
     def switch_mode(self, mode: str) -> None:
         if self.engine is None:
             return
-        if mode == "draft-model" and self.engine.draft is None:
-            self.notify(
-                "no draft model loaded: use 'Draft model: load another…'", severity="warning"
-            )
+        if mode not in self.engine.available_modes():
+            hint = "use 'Draft model: load another…'" if "draft-model" in mode else "restart"
+            self.notify(f"{mode} needs a draft that is not loaded: {hint}", severity="warning")
             return
         self.mode_override = mode
         self.chat.stats.mode = mode
