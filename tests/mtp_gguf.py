@@ -224,12 +224,7 @@ def build_qwen35_mtp(
     w.add_tensor(f"{p}.post_attention_norm.weight", ones(n_embd))
     attn_block(il)
     ffn_block(il)
-    if agree:
-        eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)
-        eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)  # pass enorm(emb) through, drop h
-    else:
-        eh = rnd(n_embd, 2 * n_embd, std=0.1)
-    w.add_tensor(f"{p}.nextn.eh_proj.weight", eh)
+    w.add_tensor(f"{p}.nextn.eh_proj.weight", _eh_proj(n_embd, agree, rnd))
     w.add_tensor(f"{p}.nextn.enorm.weight", ones(n_embd))
     w.add_tensor(f"{p}.nextn.hnorm.weight", ones(n_embd))
 
@@ -238,6 +233,110 @@ def build_qwen35_mtp(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def build_hy_v3_mtp(
+    path: str | os.PathLike[str],
+    *,
+    variant: Literal["agree", "random"],
+    n_nextn: int = 3,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_ff: int = 128,
+    n_head: int = 2,
+    n_head_kv: int = 1,
+    head_dim: int = 32,
+    seed: int = 0,
+    tokenizer_from: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write a tiny ``hy_v3`` GGUF with ``n_nextn`` chained NextN heads; return its path.
+
+    ``hy_v3`` is the simplest architecture whose MTP graph accepts several NextN blocks
+    (``src/models/hy-v3.cpp``: ``il = n_layer + nextn_layer_offset``): plain full attention
+    with per-head q/k RMS norms, a plain KV cache, and a dense SiLU FFN wherever a block has no
+    ``ffn_gate_inp`` (so no MoE tensors are needed).  Blocks ``n_layer .. n_layer+n_nextn-1``
+    are the heads: a decoder block + ``nextn.eh_proj`` / ``enorm`` / ``hnorm``; without
+    ``nextn.shared_head_norm`` the head's final norm is ``output_norm``, which also gives
+    the target's ``h_nextn`` (post-norm).  ``agree``: the same zero-residual construction as
+    :func:`build_qwen35_mtp`, in every head, so each head predicts ``f(x)`` from its token
+    ``x`` -- what the trunk predicts after ``x`` -- and chained greedy drafts are all accepted.
+    """
+    if variant not in ("agree", "random"):
+        raise ValueError(f"variant must be 'agree' or 'random', not {variant!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    agree = variant == "agree"
+    tok_meta = tokenizer_metadata(tokenizer_from or DEFAULT_TOKENIZER)
+    n_vocab = next(len(v) for k, v, _, _ in tok_meta if k == "tokenizer.ggml.tokens")
+
+    a = "hy_v3"
+    w = gguf.GGUFWriter(str(path), a)
+    w.add_name(f"tiny-{a}-mtp{n_nextn}-{variant}")
+    for key, val in (
+        ("context_length", 4096),
+        ("embedding_length", n_embd),
+        ("block_count", n_layer + n_nextn),
+        ("nextn_predict_layers", n_nextn),
+        ("feed_forward_length", n_ff),
+        ("expert_feed_forward_length", n_ff),  # read unconditionally by hy_v3's loader
+        ("attention.head_count", n_head),
+        ("attention.head_count_kv", n_head_kv),
+        ("attention.key_length", head_dim),
+        ("attention.value_length", head_dim),
+        ("rope.dimension_count", head_dim),  # hy_v3 asserts n_rot == head size
+    ):
+        w.add_uint32(f"{a}.{key}", val)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32(f"{a}.rope.freq_base", 10000.0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for key, val, vtype, sub in tok_meta:
+        w.add_key_value(key, val, _TYPE(vtype), _TYPE(sub) if sub is not None else None)
+
+    def rnd(*shape: int, std: float = 0.05) -> np.ndarray:
+        return rng.normal(0.0, std, size=shape).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32) if agree else (1.0 + rnd(n, std=0.05))
+
+    def out_proj(*shape: int) -> np.ndarray:
+        return np.zeros(shape, dtype=np.float32) if agree else rnd(*shape)
+
+    w.add_tensor("token_embd.weight", rnd(n_vocab, n_embd, std=1.0).astype(np.float16))
+    w.add_tensor("output_norm.weight", ones(n_embd))
+    w.add_tensor("output.weight", rnd(n_vocab, n_embd, std=0.5).astype(np.float16))
+    for il in range(n_layer + n_nextn):
+        p = f"blk.{il}"
+        w.add_tensor(f"{p}.attn_norm.weight", ones(n_embd))
+        w.add_tensor(f"{p}.attn_q.weight", rnd(head_dim * n_head, n_embd))
+        w.add_tensor(f"{p}.attn_k.weight", rnd(head_dim * n_head_kv, n_embd))
+        w.add_tensor(f"{p}.attn_v.weight", rnd(head_dim * n_head_kv, n_embd))
+        w.add_tensor(f"{p}.attn_output.weight", out_proj(n_embd, head_dim * n_head))
+        w.add_tensor(f"{p}.attn_q_norm.weight", ones(head_dim))
+        w.add_tensor(f"{p}.attn_k_norm.weight", ones(head_dim))
+        w.add_tensor(f"{p}.ffn_norm.weight", ones(n_embd))
+        w.add_tensor(f"{p}.ffn_gate.weight", rnd(n_ff, n_embd))
+        w.add_tensor(f"{p}.ffn_up.weight", rnd(n_ff, n_embd))
+        w.add_tensor(f"{p}.ffn_down.weight", out_proj(n_embd, n_ff))
+        if il >= n_layer:
+            w.add_tensor(f"{p}.nextn.eh_proj.weight", _eh_proj(n_embd, agree, rnd))
+            w.add_tensor(f"{p}.nextn.enorm.weight", ones(n_embd))
+            w.add_tensor(f"{p}.nextn.hnorm.weight", ones(n_embd))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _eh_proj(n_embd: int, agree: bool, rnd: Any) -> np.ndarray:
+    """``eh_proj`` {2*n_embd, n_embd}: ``[I | 0]`` (keep the embedding half, drop h) for
+    'agree', random otherwise."""
+    if not agree:
+        return rnd(n_embd, 2 * n_embd, std=0.1)
+    eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)
+    eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)
+    return eh
 
 
 # --------------------------------------------------------------------------- self-check

@@ -4,19 +4,24 @@ No public MTP model can be downloaded here, so ``mtp_gguf.py`` writes tiny ``qwe
 ``qwen35moe`` files (random weights, llama.cpp's tensor names and shapes, SmolLM2's
 tokenizer): an ``agree`` variant whose head predicts what the trunk will (every draft
 accepted) and a ``random`` one (nearly every draft rejected, so the hybrid target's
-recurrent state is rolled back every round)."""
+recurrent state is rolled back every round). A tiny ``hy_v3`` file with three NextN heads
+covers chained heads (draft step i runs head i)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import llama_cpp
+import numpy as np
 import pytest
 
 from localspec import Engine, SpecConfig
+from localspec.engine import nextn_ext
+from localspec.engine.mtp import MtpContext
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
 
-from .mtp_gguf import build_qwen35_mtp
+from .mtp_gguf import build_hy_v3_mtp, build_qwen35_mtp
 from .test_lossless_real import assert_stats_consistent
 
 PROMPTS = ["The quick brown fox", "Once upon a time, in a land far away", "def add(a, b):"]
@@ -34,6 +39,23 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory, smollm_path: Path) -> 
             tokenizer_from=smollm_path,
         )
         for arch in ("qwen35", "qwen35moe")
+        for variant in ("agree", "random")
+    }
+
+
+N_HEADS = 3
+
+
+@pytest.fixture(scope="module")
+def chained_models(tmp_path_factory: pytest.TempPathFactory, smollm_path: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("mtp-chained")
+    return {
+        variant: build_hy_v3_mtp(
+            root / f"hy_v3-{variant}.gguf",
+            variant=variant,  # type: ignore[arg-type]
+            n_nextn=N_HEADS,
+            tokenizer_from=smollm_path,
+        )
         for variant in ("agree", "random")
     }
 
@@ -109,3 +131,83 @@ def test_a_model_without_nextn_layers_is_refused(qwen_path: Path) -> None:
         Engine.load(qwen_path, mode="draft-mtp")
     assert "no NextN (MTP) layers" in err.value.message
     assert "-MTP" in (err.value.hint or "")
+
+
+def test_chained_heads_agreeing_draft_one_token_per_head(chained_models) -> None:  # type: ignore[no-untyped-def]
+    with Engine.load(chained_models["agree"], mode="draft-mtp", n_ctx=512) as engine:
+        assert engine.mtp is not None and engine.mtp.chained
+        assert engine.mtp.n_heads == engine.mtp.max_draft == N_HEADS
+        results = run_against_plain(engine, SpecConfig(n_max=8, adaptive=False))
+    for _, r in results:
+        s = r.stats
+        assert s.drafted > 0 and s.accepted == s.drafted  # every head predicts the trunk
+        assert len(s.drafted_at) == N_HEADS  # n_max=8 is capped at one token per head
+        assert s.acceptance_per_position == (1.0,) * N_HEADS
+        assert s.drafted_at[N_HEADS - 1] >= s.verifications - 1
+        assert s.verifications == pytest.approx((N_TOKENS - 1) / (N_HEADS + 1), abs=1)
+
+
+def test_chained_heads_random_are_lossless(chained_models) -> None:  # type: ignore[no-untyped-def]
+    with Engine.load(chained_models["random"], mode="draft-mtp", n_ctx=512) as engine:
+        assert engine.mtp is not None and engine.mtp.chained
+        results = run_against_plain(engine, SpecConfig(n_max=8, adaptive=False))
+        sampled = engine.generate(
+            PROMPTS[0], max_tokens=24, temperature=0.8, seed=5, spec=SpecConfig(n_max=8)
+        )
+    assert_stats_consistent(sampled)
+    assert len(sampled.stats.drafted_at) <= N_HEADS
+    drafted = sum(r.stats.drafted for _, r in results)
+    accepted = sum(r.stats.accepted for _, r in results)
+    assert drafted > 0 and accepted / drafted < 0.2  # the reject path, every round
+    assert all(len(r.stats.drafted_at) <= N_HEADS for _, r in results)
+
+
+def _reference_chain(mtp, tokens: list[int], k: int) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """llama.cpp's chained draft after ``tokens[:k]``, recomputed from scratch in a fresh MTP
+    context: step i = head i over every pair (h_{p-1}, x_p), p < k, plus the draft prefix."""
+    ctx = MtpContext._new_context(mtp.target)
+    nextn_ext.llama_set_embeddings_nextn(ctx, True, True)
+    chain = [(tokens[k], mtp.hidden[k - 1])]
+    rows = []
+    with nextn_ext.MtpBatch(ctx, mtp.n_embd) as batch:
+        for head in range(mtp.n_heads):
+            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, 0, -1)
+            nextn_ext.llama_set_nextn_layer_offset(ctx, head)
+            batch.clear()
+            # every entry an output: hy_v3 exposes h_nextn before selecting the output rows
+            for p in range(k):
+                h = mtp.hidden[p - 1] if p else np.zeros(mtp.n_embd)
+                batch.add(tokens[p], p, h, output=True)
+            for t, (tok, h) in enumerate(chain):
+                batch.add(tok, k + t, h, output=True)
+            assert batch.decode() == 0
+            logits = llama_cpp.llama_get_logits_ith(ctx, -1)
+            rows.append(np.ctypeslib.as_array(logits, shape=(mtp.n_vocab,)).copy())
+            h_next = nextn_ext.nextn_row(ctx, batch.n - 1, mtp.n_embd)
+            chain.append((int(rows[-1].argmax()), h_next))
+    llama_cpp.llama_free(ctx)
+    return rows
+
+
+def test_chained_heads_follow_the_target_per_head(chained_models) -> None:  # type: ignore[no-untyped-def]
+    """The incremental per-head catch-up (with cuts, as after rejected drafts) leaves every
+    head's cache as if it had decoded the accepted history at once; each draft step runs
+    the next head (random heads: every head predicts something else)."""
+    with Engine.load(chained_models["random"], mode="draft-mtp", n_ctx=512) as engine:
+        mtp, target = engine.mtp, engine.target
+        tokens = target.tokenize(PROMPTS[1] + " " + PROMPTS[2])
+        k = len(tokens) - 2
+        mtp.active = True
+        target.trim(0)
+        target.decode(tokens[:6])
+        target.decode([*tokens[6:9], 7, 8, 9])  # three "rejected draft" tokens ...
+        target.trim(9)  # ... rolled back, then re-fed from there
+        target.decode(tokens[9:k])
+        rows = [mtp.first_step(tokens[k], k).copy()]
+        for i in range(1, mtp.n_heads):
+            rows.append(mtp.next_step(int(rows[-1].argmax()), k + i).copy())
+        reference = _reference_chain(mtp, tokens, k)
+    assert [int(r.argmax()) for r in rows] == [int(r.argmax()) for r in reference]
+    assert len({int(r.argmax()) for r in rows}) > 1
+    for got, want in zip(rows, reference, strict=True):
+        assert np.abs(got - want).max() < 1e-3

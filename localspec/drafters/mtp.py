@@ -2,7 +2,8 @@
 
 The head is run by llama.cpp in a second context of the target model (``engine/mtp.py``),
 which follows the target's hidden states on its own; drafting is the head run
-autoregressively from the last accepted position, stopping early below ``p_min``.
+autoregressively from the last accepted position, stopping early below ``p_min`` (a model
+with several chained heads drafts at most one token per head).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class MtpDrafter:
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         pos = len(context) - 1  # where the target's last chosen token goes
         n_max = min(n_max, self.mtp.target.n_ctx - len(context))
+        if self.mtp.max_draft is not None:  # chained heads: one draft token per head
+            n_max = min(n_max, self.mtp.max_draft)
         if n_max <= 0:
             return Draft()
         row = self.mtp.first_step(context[-1], pos)

@@ -58,11 +58,23 @@ class AdaptiveController:
         self.start()
 
     def start(self) -> None:
-        """A new generation: per-generation counters restart, what was learnt is kept."""
-        self.paused = self.hopeless
+        """A new generation: per-generation counters restart, what was learnt is kept.
+
+        A generation that ended paused (speculation was losing) opens the next one with a
+        single short probe and keeps its pause length: a prompt of another kind that suits the
+        drafter resumes after one round, one that does not costs one probe instead of the
+        whole climb of ever longer pauses (each probe of a neural drafter first catches its
+        cache up with the paused stretch, which is not free)."""
+        ended_paused = getattr(self, "paused", False)
         self.pauses = 0
-        self._pause_len = MIN_PAUSE
-        self._pause_left = 0
+        if self.hopeless or not ended_paused:
+            self.paused = self.hopeless
+            self._pause_len = MIN_PAUSE
+            self._pause_left = 0
+        else:
+            self.paused = True
+            self.pauses = 1
+            self._pause_left = 1
 
     def next_draft_length(self) -> int:
         """How many tokens to draft this round (0: decode plainly)."""
@@ -89,7 +101,8 @@ class AdaptiveController:
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
             if not self.paused or self._pause_left <= 0:
-                self._pause(probe_failed=self.paused)
+                # a probe accepted in full is evidence the text changed: probe again soon
+                self._pause(probe_failed=self.paused and n_accepted < n_drafted)
         else:
             self.paused = False
             self._pause_len = MIN_PAUSE
