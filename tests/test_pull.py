@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +25,7 @@ FILES = {"tiny-q4.gguf": b"GGUF" + bytes(range(256)) * 64, "README.md": b"# tiny
 class HubHandler(BaseHTTPRequestHandler):
     files: dict[str, bytes] = FILES
     drop_next_download = False  # cut the next file download half-way (a broken connection)
+    stall_next_download = False  # send half the next download, then hang (to kill the client)
     requests: list[str] = []
 
     def log_message(self, *args: object) -> None:
@@ -89,6 +91,12 @@ class HubHandler(BaseHTTPRequestHandler):
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         self.end_headers()
+        if HubHandler.stall_next_download and not start:
+            HubHandler.stall_next_download = False
+            self.wfile.write(part[: len(part) // 2])
+            self.wfile.flush()
+            time.sleep(20)
+            return
         if HubHandler.drop_next_download and not start:
             HubHandler.drop_next_download = False
             self.wfile.write(part[: len(part) // 2])
@@ -154,8 +162,7 @@ def test_offline_pull_uses_the_cache_or_says_why(tmp_path: Path, hub: str) -> No
 
 
 def test_pull_survives_a_broken_download(tmp_path: Path, hub: str) -> None:
-    """The connection breaks half-way: huggingface_hub retries and the file arrives whole
-    (huggingface_hub 2.x restarts the file rather than resuming it; see the README)."""
+    """The connection breaks half-way: the download resumes with a range request."""
     data = FILES["tiny-q4.gguf"]
     HubHandler.drop_next_download = True
     done = pull(tmp_path, hub, f"{REPO}:tiny-q4.gguf")
@@ -163,6 +170,46 @@ def test_pull_survives_a_broken_download(tmp_path: Path, hub: str) -> None:
     assert Path(done.stdout.strip()).read_bytes() == data
     downloads = [r for r in HubHandler.requests if r.startswith("GET") and "tiny-q4" in r]
     assert len(downloads) == 2
+    assert downloads[0].endswith("range=None")
+    assert downloads[1].endswith(f"range=bytes={len(data) // 2}-")  # resumed, not restarted
+
+
+def test_pull_killed_mid_download_resumes_in_the_next_process(tmp_path: Path, hub: str) -> None:
+    data = FILES["tiny-q4.gguf"]
+    HubHandler.stall_next_download = True
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub,
+        "HF_HUB_CACHE": str(tmp_path / "hf"),
+        "LOCALSPEC_CACHE": str(tmp_path / "cache"),
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_OFFLINE": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "pull", f"{REPO}:tiny-q4.gguf"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    partial: list[Path] = []
+    while time.monotonic() < deadline:
+        partial = [p for p in (tmp_path / "hf").rglob("*.localspec-partial") if p.stat().st_size]
+        if partial and partial[0].stat().st_size >= len(data) // 2:
+            break
+        time.sleep(0.05)
+    proc.kill()  # as a closed laptop lid or a second Ctrl-C would
+    proc.wait()
+    assert partial and partial[0].stat().st_size == len(data) // 2
+    assert not list((tmp_path / "hf").rglob("snapshots/*/*"))  # nothing looks complete
+
+    done = pull(tmp_path, hub, f"{REPO}:tiny-q4.gguf")
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr
+    assert Path(done.stdout.strip()).read_bytes() == data
+    downloads = [r for r in HubHandler.requests if r.startswith("GET") and "tiny-q4" in r]
+    assert downloads[-1].endswith(f"range=bytes={len(data) // 2}-")
+    assert not list((tmp_path / "hf").rglob("*.localspec-partial"))
 
 
 def test_pull_unknown_file_is_a_clear_error(tmp_path: Path, hub: str) -> None:

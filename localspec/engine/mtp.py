@@ -218,7 +218,7 @@ class MtpContext:
         self._batch.clear()
         for t, (tok, h) in enumerate(self._chain):
             self._batch.add(tok, self._pos0 + t, h, output=True)
-        nextn_ext.llama_set_nextn_layer_offset(self.ctx, 0)
+        nextn_ext.llama_set_nextn_layer_offset(self.ctx, head)
         try:
             self._decode()
         finally:
