@@ -1,4 +1,5 @@
-"""Tiny ``qwen35`` / ``qwen35moe`` GGUFs with one NextN (MTP) block, for draft-mtp tests.
+"""Tiny ``qwen35`` / ``qwen35moe`` GGUFs with one NextN (MTP) block, and tiny ``hy_v3`` ones
+with several chained NextN blocks (:func:`build_hy_v3_mtp`), for draft-mtp tests.
 
 Layout follows llama.cpp's ``src/models/qwen35.cpp`` / ``qwen35moe.cpp`` exactly:
 
