@@ -9,10 +9,10 @@ supply a full draft (it lies just behind the end, in repetitive text), the most 
 that can is used (``find_last_match``); llama.cpp drafts nothing there.
 
 One addition, off with ``min_n = size_n``: when the full key has no match, shorter keys
-(down to ``min_n``) are tried. After the output departs from the text it copies (a renamed
-identifier, say), llama.cpp needs ``size_n`` fresh tokens before it can draft again; the
-shorter keys pick the copy back up after a couple of tokens. The adaptive controller bounds
-what a poor short-key draft can cost.
+(down to ``min_n``) are tried, with drafts of at most twice the key's length. After the
+output departs from the text it copies (a renamed identifier, say), llama.cpp needs
+``size_n`` fresh tokens before it can draft again; the shorter keys pick the copy back up
+after a couple of tokens. The adaptive controller bounds what a poor short-key draft costs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.drafters.base import Draft
+
+# A match found with a shorter key than size_n is weaker evidence (a 4-token key recurs by
+# chance in prose): its draft is capped at this many times the key length. When the copy
+# really resumes, the next rounds have the full key again and draft size_m tokens.
+SHORT_KEY_FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,10 @@ class NgramDrafter:
         if size_m <= 0:
             return Draft()
         for n in self._key_lengths():
-            start = find_last_match(history, n, self.params.min_hits, size_m)
+            want = size_m if n >= self.params.size_n else min(size_m, SHORT_KEY_FACTOR * n)
+            start = find_last_match(history, n, self.params.min_hits, want)
             if start is not None:
-                follow = history[start + n : start + n + size_m]
+                follow = history[start + n : start + n + want]
                 return Draft(follow.tolist())
         return Draft()
 

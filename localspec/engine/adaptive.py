@@ -11,7 +11,8 @@ All three are measured as the generation runs:
 * draft(k): decayed seconds per drafted token plus a fixed cost per round.
 
 The length chosen maximises E(k) / cost(k). If k = 0 (plain decoding) wins, speculation is
-paused; a single probe round is made after ``pause`` rounds, and the pause doubles while
+paused; a single short probe round is made after a pause long enough that failing probes
+cost at most PROBE_BUDGET of the time (from the measured costs), and the pause doubles while
 the probes keep losing, so a bad regime costs little and a good one is found again. When even
 a fully accepted draft could not beat plain decoding (the drafter costs too much on this
 machine), the controller stops probing altogether; the Engine keeps one controller per mode
@@ -27,7 +28,10 @@ from localspec.engine.costs import VerifyCost
 DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
 MIN_PAUSE, MAX_PAUSE = 4, 128
-PROBE_LENGTH = 4
+PROBE_BUDGET = 0.025  # share of the time failing probes may cost while speculation loses
+CARRY_OVER = 0.5  # weight of earlier generations' acceptance counts when a new one starts
+PROBE_LENGTH = 2  # a probe after a pause: a failed one costs little more than a plain step
+NEURAL_START = 4  # a neural drafter's first draft length (see ``n_start``)
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop probing (a probe of a draft model must
 # first catch its cache up with every token made during the pause, which is not free).
@@ -67,6 +71,9 @@ class AdaptiveController:
         cache up with the paused stretch, which is not free)."""
         ended_paused = getattr(self, "paused", False)
         self.pauses = 0
+        # acceptance depends on the prompt: earlier generations stay a prior, a weak one
+        self._accepted *= CARRY_OVER
+        self._tried *= CARRY_OVER
         if self.hopeless or not ended_paused:
             self.paused = self.hopeless
             self._pause_len = MIN_PAUSE
@@ -101,19 +108,38 @@ class AdaptiveController:
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
             if not self.paused or self._pause_left <= 0:
-                # a probe accepted in full is evidence the text changed: probe again soon
-                self._pause(probe_failed=self.paused and n_accepted < n_drafted)
+                self._pause(self.paused, won=0 < n_drafted == n_accepted)
         else:
             self.paused = False
             self._pause_len = MIN_PAUSE
             self.n_draft = best
 
-    def _pause(self, probe_failed: bool) -> None:
+    def _pause(self, after_probe: bool, won: bool) -> None:
+        """Pause (again). A probe accepted in full is evidence the text changed: probe again
+        soon. A lost probe doubles the pause."""
         if not self.paused:
             self.pauses += 1
-        self._pause_len = min(self._pause_len * 2, MAX_PAUSE) if probe_failed else MIN_PAUSE
+        if after_probe and won:
+            self._pause_len = MIN_PAUSE
+        elif after_probe:
+            self._pause_len = min(max(self._pause_len * 2, self._first_pause()), MAX_PAUSE)
+        else:
+            self._pause_len = self._first_pause()
         self.paused = True
         self._pause_left = self._pause_len
+
+    def _first_pause(self) -> int:
+        """Plain rounds before the first probe, so that probes that keep failing cost at most
+        PROBE_BUDGET of the time. A probe costs a batch of PROBE_LENGTH + 1 (and its draft)
+        instead of one step: next to nothing on a GPU, more than two steps on a small CPU,
+        where a batch of 2 leaves llama.cpp's one-token (matrix-vector) kernels."""
+        if self.cost is None:
+            return MIN_PAUSE
+        k = min(self.n_draft, PROBE_LENGTH)
+        step = float(self.cost(np.array([1]))[0])
+        probe = float(self.cost(np.array([k + 1]))[0]) + self._draft_per_token * k
+        overhead = max(0.0, probe / step - 1.0)
+        return int(np.clip(np.ceil(overhead / PROBE_BUDGET), MIN_PAUSE, MAX_PAUSE))
 
     def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:
         self._accepted *= DECAY
