@@ -67,6 +67,11 @@ class ChainController:
         for part in self.parts:
             part.start()
 
+    def note_catch_up(self, seconds_per_token: float | None) -> None:
+        """Each drafter's own catch-up cost (the loop only sees the chain's)."""
+        for part, drafter in zip(self.parts, self.chain.drafters, strict=True):
+            part.note_catch_up(getattr(drafter, "catch_up_per_token", None))
+
     def next_draft_length(self) -> int:
         self.chain.limits = [part.next_draft_length() for part in self.parts]
         return max(self.chain.limits)

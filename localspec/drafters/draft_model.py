@@ -8,14 +8,17 @@ Drafting stops early when the draft's top probability falls below ``p_min``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from localspec.drafters.base import Draft
-from localspec.engine.backend import Backend
+from localspec.engine.backend import Backend, common_prefix_length
 from localspec.engine.verify import SamplingParams, probabilities, sample
+
+MIN_CATCH_UP_SAMPLE = 16
 
 
 class DraftModelDrafter:
@@ -32,9 +35,17 @@ class DraftModelDrafter:
         self.sampling = sampling
         self.p_min = p_min
         self.rng = rng or np.random.default_rng(sampling.seed)
+        self.catch_up_per_token: float | None = None
 
     def begin(self, prompt: Sequence[int]) -> None:
+        """Process the prompt, and measure what the draft pays per token to catch up with a
+        stretch it did not follow (after a pause of the adaptive controller)."""
+        kept = min(common_prefix_length(self.backend.tokens, prompt), len(prompt) - 1)
+        t0 = time.perf_counter()
         self.backend.evaluate(prompt)
+        processed = len(prompt) - kept
+        if processed >= MIN_CATCH_UP_SAMPLE:  # a few tokens do not show the batched rate
+            self.catch_up_per_token = (time.perf_counter() - t0) / processed
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         if n_max <= 0:

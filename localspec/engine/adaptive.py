@@ -29,6 +29,7 @@ DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
 MIN_PAUSE, MAX_PAUSE = 4, 128
 PROBE_BUDGET = 0.025  # share of the time failing probes may cost while speculation loses
+MIN_EVIDENCE = 3  # verifications in an answer before a drafter that cannot probe stops
 CARRY_OVER = 0.5  # weight of earlier generations' acceptance counts when a new one starts
 PROBE_LENGTH = 2  # a probe after a pause: a failed one costs little more than a plain step
 NEURAL_START = 4  # a neural drafter's first draft length (see ``n_start``)
@@ -56,8 +57,10 @@ class AdaptiveController:
         self._accepted = np.zeros(n_max + 1)
         self._tried = np.zeros(n_max + 1)
         self._draft_per_token = 0.0
+        self._catch_up: float | None = None
         self._draft_seen = False
-        self.n_draft = n_max if n_start is None else max(1, min(n_start, n_max))
+        self._n_start = n_max if n_start is None else max(1, min(n_start, n_max))
+        self.n_draft = self._n_start
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
         self.start()
 
@@ -71,9 +74,12 @@ class AdaptiveController:
         cache up with the paused stretch, which is not free)."""
         ended_paused = getattr(self, "paused", False)
         self.pauses = 0
+        self._rounds_seen = 0
+        self._answer_verifications = 0
         # acceptance depends on the prompt: earlier generations stay a prior, a weak one
         self._accepted *= CARRY_OVER
         self._tried *= CARRY_OVER
+        self.n_draft = min(self.n_draft, self._n_start)  # a new prompt starts short
         if self.hopeless or not ended_paused:
             self.paused = self.hopeless
             self._pause_len = MIN_PAUSE
@@ -83,19 +89,49 @@ class AdaptiveController:
             self.pauses = 1
             self._pause_left = 1
 
+    def note_catch_up(self, seconds_per_token: float | None) -> None:
+        """What the drafter pays per token to catch up after a pause (a draft model must
+        decode the stretch it skipped before it can draft again; None: nothing)."""
+        self._catch_up = seconds_per_token
+        if self.paused and not self.hopeless and not self._probes_pay():
+            # it cannot probe later in this answer: explore at its start instead
+            self.paused = False
+            self.n_draft = min(self._n_start, NEURAL_START)
+
+    def _probes_pay(self) -> bool:
+        """Whether probing during a pause can stay within PROBE_BUDGET. A draft model that
+        must catch up pays for every paused token at its prompt-processing rate: about a
+        tenth of a target step on a small CPU (then it waits for the next answer, which its
+        prompt processing catches up for free), next to nothing on a GPU."""
+        if not self._catch_up or self.cost is None:
+            return True
+        return self._catch_up < PROBE_BUDGET * float(self.cost(np.array([1]))[0])
+
+    def _exploring(self) -> bool:
+        """A drafter that cannot probe mid-answer (``_probes_pay`` is False) would stop for
+        the whole answer on one unlucky round: it first gets MIN_EVIDENCE verifications in
+        this answer (at a short length) before it pauses."""
+        return (
+            not self.paused and not self._probes_pay() and self._answer_verifications < MIN_EVIDENCE
+        )
+
     def next_draft_length(self) -> int:
         """How many tokens to draft this round (0: decode plainly)."""
         if not self.enabled:
             return self.n_max
         if self.paused:
             self._pause_left -= 1
-            if self._pause_left > 0 or self.hopeless:
+            # the opening probe of an answer is free of catch-up (prompt processing did it)
+            mid_answer = self._rounds_seen > 0
+            if self._pause_left > 0 or self.hopeless or (mid_answer and not self._probes_pay()):
                 return 0
             return min(self.n_draft, PROBE_LENGTH)  # a short probe: cheap when it fails again
         return self.n_draft
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         """Record one round and choose the draft length for the next."""
+        self._rounds_seen += 1
+        self._answer_verifications += n_drafted > 0
         if self.cost is not None:
             self.cost.observe(n_drafted + 1, verify_s)
         if n_drafted:
@@ -105,6 +141,8 @@ class AdaptiveController:
         if not self.enabled:
             return
         best = self._best_length()
+        if best == 0 and n_drafted and self._exploring():
+            best = min(self._n_start, NEURAL_START)  # too little evidence to stop for good yet
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
             if not self.paused or self._pause_left <= 0:

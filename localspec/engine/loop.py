@@ -62,6 +62,7 @@ class DraftControl(Protocol):
     pauses: int
 
     def start(self) -> None: ...
+    def note_catch_up(self, seconds_per_token: float | None) -> None: ...
     def next_draft_length(self) -> int: ...
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
 
@@ -156,6 +157,7 @@ class SpeculativeLoop:
         row = self.target.evaluate(self.prompt)
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
+            self.control.note_catch_up(getattr(self.drafter, "catch_up_per_token", None))
         self.recorder.t_prefilled = time.perf_counter()
         last = self._choose(row)
         margins = [top2(row)] if self.record_margins else []
