@@ -6,10 +6,11 @@ prompt and temperature in the same repeat, then summarised (median, min-max)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from localspec.api import Engine
+from localspec.engine.loop import SpecConfig
 from localspec.lossless import compare
 from localspec.prompts import PromptCase
 
@@ -64,6 +65,7 @@ def run_cells(
     n_tokens: int,
     repeats: int,
     seed: int = 0,
+    spec_for: Callable[[str], SpecConfig] | None = None,
 ) -> Iterator[Run]:
     """Interleave: repeat > prompt > temperature > plain first, then each mode."""
     for repeat in range(repeats):
@@ -77,6 +79,7 @@ def run_cells(
                         temperature=temp,
                         seed=seed + repeat,
                         mode=mode,
+                        spec=spec_for(mode) if spec_for else None,
                         record_margins=(mode == "none" and temp == 0),
                     )
                     s = r.stats

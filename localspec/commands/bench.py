@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from localspec import bench, native
 from localspec.commands.run import engine_options
+from localspec.commands.run import spec_for as run_spec_for
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path
 from localspec.prompts import select_prompts
@@ -55,7 +57,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     with Engine.load(**options) as engine:
         ceiling = engine.verify_cost().ceiling()
         runs = []
-        for run in bench.run_cells(engine, modes, prompts, temps, args.n_predict, args.repeat):
+        spec_for = partial(run_spec_for, args)
+        cells_run = bench.run_cells(
+            engine, modes, prompts, temps, args.n_predict, args.repeat, spec_for=spec_for
+        )
+        for run in cells_run:
             console.print(
                 f"  [{run.repeat + 1}/{args.repeat}] {run.mode:13} {run.prompt:18} "
                 f"T={run.temperature:g} {run.tokens_per_s:6.1f} tok/s"
@@ -92,7 +98,7 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
             continue
         speeds = [
             native.run(
-                settings,
+                replace(settings, n_max=run_spec_for(args, cell.mode).n_max),
                 cell.mode,
                 render_chat(engine.target, [{"role": "user", "content": p.text}]),
                 cell.temperature,

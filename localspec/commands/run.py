@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from localspec.api import Engine
+from localspec.engine.loop import SpecConfig
 from localspec.errors import LocalspecError
 
 
@@ -16,18 +17,9 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     from localspec.api import resolve_mode
     from localspec.catalog import load_catalog
     from localspec.drafters.ngram import NgramParams
-    from localspec.engine.loop import SpecConfig
 
     mode = resolve_mode(args.mode, args.draft is not None)
-    n_max = args.spec_draft_n_max
-    if n_max is None:
-        n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
-    spec = SpecConfig(
-        n_max=n_max,
-        n_min=args.spec_draft_n_min,
-        p_min=args.spec_draft_p_min,
-        adaptive=not args.no_adaptive,
-    )
+    spec = spec_for(args, mode)
     ngram = NgramParams(
         args.spec_ngram_simple_size_n,
         args.spec_ngram_simple_size_m,
@@ -46,6 +38,22 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         ngram=ngram,
         self_layers=args.spec_self_layers,
         self_quant=args.spec_self_quant,
+    )
+
+
+def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
+    """The speculation settings of the flags for ``mode``. Without --spec-draft-n-max, a mode
+    that starts with the n-gram lookup drafts up to its size-m (48), a neural one 16."""
+    from localspec.engine.loop import SpecConfig
+
+    n_max = args.spec_draft_n_max
+    if n_max is None:
+        n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
+    return SpecConfig(
+        n_max=n_max,
+        n_min=min(args.spec_draft_n_min, n_max),
+        p_min=args.spec_draft_p_min,
+        adaptive=not args.no_adaptive,
     )
 
 
