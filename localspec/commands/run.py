@@ -51,7 +51,7 @@ def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
         n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
     return SpecConfig(
         n_max=n_max,
-        n_min=min(args.spec_draft_n_min, n_max),
+        n_min=args.spec_draft_n_min,
         p_min=args.spec_draft_p_min,
         adaptive=not args.no_adaptive,
     )
