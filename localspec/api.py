@@ -24,7 +24,7 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
-from localspec.engine.adaptive import NEURAL_START, AdaptiveController
+from localspec.engine.adaptive import LOOKUP_START, NEURAL_START, AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
@@ -231,7 +231,7 @@ class Engine:
         key = (mode, spec)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
-            n_start = None if mode in LOOKUP_MODES else NEURAL_START
+            n_start = LOOKUP_START if mode in LOOKUP_MODES else NEURAL_START
             self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min, True, n_start)
         return self._controllers[key]
 

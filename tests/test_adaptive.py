@@ -55,18 +55,16 @@ def test_disabled_controller_always_drafts_n_max() -> None:
     assert ctl.next_draft_length() == 8 and not ctl.paused
 
 
-def test_a_losing_generation_opens_the_next_with_one_probe() -> None:
+def test_each_answer_learns_its_own_acceptance() -> None:
     ctl = AdaptiveController(16, VerifyCost(SIZES, CPU.seconds.copy()), n_start=4)
     drive(ctl, CPU, lambda k: 0, 40)
     assert ctl.paused
-    long_pause = ctl._pause_len
-    ctl.start()  # the next prompt
+    ctl.start()  # the next prompt, still one the drafter cannot do
     probe = ctl.next_draft_length()
-    assert ctl.paused and 0 < probe <= 4  # a single short probe first
+    assert ctl.paused and 0 < probe <= 4  # it opens with a single short probe
     ctl.observe(probe, 0, 0.0, float(CPU(np.array([probe + 1]))[0]))
-    assert ctl.paused and ctl._pause_len >= long_pause  # still losing: no climb from scratch
-    assert drive(ctl, CPU, lambda k: 0, 8).count(0) == 8
+    assert sum(k > 0 for k in drive(ctl, CPU, lambda k: 0, 40)) <= 3  # and stops again soon
 
-    ctl.start()  # a prompt that suits the drafter: full acceptance resumes drafting soon
+    ctl.start()  # a prompt that suits the drafter: drafting resumes at once
     lengths = drive(ctl, CPU, lambda k: k, 40)
     assert not ctl.paused and sum(lengths[-10:]) >= 10 * 4

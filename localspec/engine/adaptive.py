@@ -30,9 +30,10 @@ PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation
 MIN_PAUSE, MAX_PAUSE = 4, 128
 PROBE_BUDGET = 0.025  # share of the time failing probes may cost while speculation loses
 MIN_EVIDENCE = 3  # verifications in an answer before a drafter that cannot probe stops
-CARRY_OVER = 0.5  # weight of earlier generations' acceptance counts when a new one starts
+CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 PROBE_LENGTH = 2  # a probe after a pause: a failed one costs little more than a plain step
 NEURAL_START = 4  # a neural drafter's first draft length (see ``n_start``)
+LOOKUP_START = 16  # a lookup drafter's: a long failed lookup draft costs a long verify batch
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop probing (a probe of a draft model must
 # first catch its cache up with every token made during the pause, which is not free).
@@ -76,7 +77,7 @@ class AdaptiveController:
         self.pauses = 0
         self._rounds_seen = 0
         self._answer_verifications = 0
-        # acceptance depends on the prompt: earlier generations stay a prior, a weak one
+        # acceptance depends on the prompt: each answer learns its own (costs are kept)
         self._accepted *= CARRY_OVER
         self._tried *= CARRY_OVER
         self.n_draft = min(self.n_draft, self._n_start)  # a new prompt starts short
@@ -141,25 +142,25 @@ class AdaptiveController:
         if not self.enabled:
             return
         best = self._best_length()
-        if best == 0 and n_drafted and self._exploring():
-            best = min(self._n_start, NEURAL_START)  # too little evidence to stop for good yet
+        won_probe = self.paused and 0 < n_drafted == n_accepted
+        if best == 0 and n_drafted and (won_probe or self._exploring()):
+            # a probe accepted in full is evidence the text changed (a file being copied
+            # again); an answer barely begun is too little evidence to stop for good
+            best = min(self._n_start, NEURAL_START)
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
             if not self.paused or self._pause_left <= 0:
-                self._pause(self.paused, won=0 < n_drafted == n_accepted)
+                self._pause(after_probe=self.paused)
         else:
             self.paused = False
             self._pause_len = MIN_PAUSE
             self.n_draft = best
 
-    def _pause(self, after_probe: bool, won: bool) -> None:
-        """Pause (again). A probe accepted in full is evidence the text changed: probe again
-        soon. A lost probe doubles the pause."""
+    def _pause(self, after_probe: bool) -> None:
+        """Pause, or pause again after a lost probe (the pause doubles)."""
         if not self.paused:
             self.pauses += 1
-        if after_probe and won:
-            self._pause_len = MIN_PAUSE
-        elif after_probe:
+        if after_probe:
             self._pause_len = min(max(self._pause_len * 2, self._first_pause()), MAX_PAUSE)
         else:
             self._pause_len = self._first_pause()
