@@ -29,7 +29,7 @@ DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
 MIN_PAUSE, MAX_PAUSE = 4, 128
 PROBE_BUDGET = 0.025  # share of the time failing probes may cost while speculation loses
-MIN_EVIDENCE = 3  # verifications in an answer before a drafter that cannot probe stops
+MIN_EVIDENCE = 2  # verifications in an answer before a drafter that cannot probe stops
 CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 PROBE_LENGTH = 2  # a probe after a pause: a failed one costs little more than a plain step
 NEURAL_START = 4  # a neural drafter's first draft length (see ``n_start``)
@@ -143,10 +143,11 @@ class AdaptiveController:
             return
         best = self._best_length()
         won_probe = self.paused and 0 < n_drafted == n_accepted
-        if best == 0 and n_drafted and (won_probe or self._exploring()):
-            # a probe accepted in full is evidence the text changed (a file being copied
-            # again); an answer barely begun is too little evidence to stop for good
+        if best == 0 and n_drafted and won_probe:
+            # a probe accepted in full is evidence the text changed (a file copied again)
             best = min(self._n_start, NEURAL_START)
+        elif best == 0 and n_drafted and self._exploring():
+            best = min(self._n_start, PROBE_LENGTH)  # too little evidence to stop for good
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
             if not self.paused or self._pause_left <= 0:
