@@ -29,6 +29,7 @@ DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
 MIN_PAUSE, MAX_PAUSE = 4, 128
 PROBE_BUDGET = 0.025  # share of the time failing probes may cost while speculation loses
+MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be chosen
 MIN_EVIDENCE = 2  # verifications in an answer before a drafter that cannot probe stops
 CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 PROBE_LENGTH = 2  # a probe after a pause: a failed one costs little more than a plain step
@@ -225,4 +226,5 @@ class AdaptiveController:
         speed = self._speeds(self.acceptance())
         lengths = np.arange(max(self.n_min, 1), self.n_max + 1)
         best = int(lengths[np.argmax(speed[lengths])]) if lengths.size else 0
-        return best if speed[best] > speed[0] else 0
+        # a margin: at break-even the estimates' noise makes drafting lose on average
+        return best if speed[best] > speed[0] * (1 + MARGIN) else 0
