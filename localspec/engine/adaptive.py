@@ -94,7 +94,8 @@ class AdaptiveController:
     def note_catch_up(self, seconds_per_token: float | None) -> None:
         """What the drafter pays per token to catch up after a pause (a draft model must
         decode the stretch it skipped before it can draft again; None: nothing)."""
-        self._catch_up = seconds_per_token
+        if seconds_per_token is not None:  # None: not measurable this time (cached prompt)
+            self._catch_up = seconds_per_token
         if self.paused and not self.hopeless and not self._probes_pay():
             # it cannot probe later in this answer: explore at its start instead
             self.paused = False
