@@ -68,3 +68,15 @@ def test_each_answer_learns_its_own_acceptance() -> None:
     ctl.start()  # a prompt that suits the drafter: drafting resumes at once
     lengths = drive(ctl, CPU, lambda k: k, 40)
     assert not ctl.paused and sum(lengths[-10:]) >= 10 * 4
+
+
+def test_a_draft_that_must_catch_up_does_not_probe_mid_answer() -> None:
+    ctl = AdaptiveController(16, VerifyCost(SIZES, CPU.seconds.copy()), n_start=4)
+    ctl.note_catch_up(0.1 * float(CPU(np.array([1]))[0]))  # a tenth of a step per token
+    ctl.note_catch_up(None)  # a cached prompt shows nothing: what was measured stays
+    lengths = drive(ctl, CPU, lambda k: 0, 200)
+    assert ctl.paused
+    assert sum(k > 0 for k in lengths) <= 1 + 2  # the first round and a short exploration
+    fast = AdaptiveController(16, VerifyCost(SIZES, CPU.seconds.copy()), n_start=4)
+    fast.note_catch_up(0.001 * float(CPU(np.array([1]))[0]))  # a GPU-like catch-up: probes pay
+    assert sum(k > 0 for k in drive(fast, CPU, lambda k: 0, 200)) > 3
