@@ -104,3 +104,12 @@ def test_malformed_catalog_from_the_cli(capsys, tmp_path, monkeypatch) -> None: 
     monkeypatch.setenv("LOCALSPEC_CATALOG", str(bad))
     err = error_of(capsys, "run", "a")
     assert f"{bad}:3: model 'a': field 'repo' must be a string" in err
+
+
+def test_run_a_chain_reports_each_drafter(qwen_path: Path) -> None:
+    done = run_cli("run", str(qwen_path), "--mode", "ngram-simple,draft-self", "-n", "48")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout + done.stderr
+    assert "[ngram-simple,draft-self] 48 tokens" in out
+    assert "ngram-simple: drafted" in out
+    assert "draft-self: keeping 18 of 24 layers (0-5,12-23)" in done.stderr

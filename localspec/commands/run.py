@@ -147,6 +147,12 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
         f"{s['mean_acceptance_length']:.2f}, draft {s['draft_ms']:.0f} ms, "
         f"verify {s['verify_ms']:.0f} ms",
     ]
+    if len(s["by_drafter"]) > 1:  # a chain: who drafted what
+        lines += [
+            f"  {name}: drafted {d['drafted']}, accepted {d['accepted']} "
+            f"({100 * d['acceptance_rate']:.1f}%)"
+            for name, d in s["by_drafter"].items()
+        ]
     if "speedup" in report:
         lines.append(
             f"  plain {report['plain_tokens_per_s']:.1f} tok/s -> speedup {report['speedup']:.2f}x"
