@@ -20,7 +20,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFil
 
 from localspec.errors import LocalspecError
 
-_SCALARS = {
+SCALAR_FORMATS = {
     GGUFValueType.UINT8: "<B",
     GGUFValueType.INT8: "<b",
     GGUFValueType.UINT16: "<H",
@@ -105,11 +105,11 @@ class _Reader:
                 return [self.value(item_type) for _ in range(n)]
             self.skip_array(item_type, n)
             return ArraySummary(item_type, n)
-        return self.unpack(_SCALARS[vtype])
+        return self.unpack(SCALAR_FORMATS[vtype])
 
     def skip_array(self, item_type: GGUFValueType, n: int) -> None:
-        if item_type in _SCALARS:
-            self.f.seek(struct.calcsize(_SCALARS[item_type]) * n, 1)
+        if item_type in SCALAR_FORMATS:
+            self.f.seek(struct.calcsize(SCALAR_FORMATS[item_type]) * n, 1)
         elif item_type == GGUFValueType.STRING:
             for _ in range(n):
                 self.f.seek(self.unpack("<Q"), 1)

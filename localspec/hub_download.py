@@ -16,11 +16,11 @@ request (which follows redirects and reports the commit, ETag and size) and its 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 
 from localspec.errors import LocalspecError
+from localspec.fileops import sha256_file
 from localspec.progress import byte_progress, status
 
 PARTIAL_SUFFIX = ".localspec-partial"
@@ -42,9 +42,12 @@ def resumable_hub_download(repo: str, file: str, revision: str = "main") -> Path
     storage = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
     snapshot = storage / "snapshots" / meta.commit_hash / file
     blob = storage / "blobs" / etag
-    if not blob.exists():
+    downloaded = not blob.exists()
+    if downloaded:
         _download_blob(meta.location, blob, meta.size, etag, f"{repo}/{file}")
     _link_snapshot(snapshot, blob)
+    if downloaded and len(etag) == 64:  # checked while placing it: `pull` need not hash again
+        snapshot.with_name(snapshot.name + ".verified").write_text(etag)
     (storage / "refs").mkdir(parents=True, exist_ok=True)
     if revision != meta.commit_hash:
         (storage / "refs" / revision).write_text(meta.commit_hash)
@@ -111,14 +114,11 @@ def _check_and_place(
             "run the same command again: it resumes from there",
         )
     if len(etag) == 64:  # an LFS file: its ETag is its SHA-256
-        digest = hashlib.sha256()
-        with partial.open("rb") as f:
-            while block := f.read(8 * CHUNK):
-                digest.update(block)
-        if digest.hexdigest() != etag:
+        digest = sha256_file(partial)
+        if digest != etag:
             partial.unlink()
             raise LocalspecError(
-                f"checksum mismatch for {label}: got {digest.hexdigest()}, the hub says "
+                f"checksum mismatch for {label}: got {digest}, the hub says "
                 f"{etag}; the bad download was removed",
                 "run the command again",
             )

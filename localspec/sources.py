@@ -327,9 +327,11 @@ def _single_gguf(repo: str) -> str:
 def _check_hub_sha(repo: str, file: str, path: Path) -> None:
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-    etag = (get_hf_file_metadata(hf_hub_url(repo, file)).etag or "").strip('"')
     stamp = path.with_name(path.name + ".verified")
-    if len(etag) != 64 or stamp.exists():  # not an LFS SHA-256, or checked already
+    if stamp.exists():  # checked already (by the download itself, or an earlier pull)
+        return
+    etag = (get_hf_file_metadata(hf_hub_url(repo, file)).etag or "").strip('"')
+    if len(etag) != 64:  # not an LFS SHA-256
         return
     digest = sha256_file(path)
     if digest != etag:

@@ -156,24 +156,9 @@ def build_qwen35_mtp(
         w.add_uint32(f"{a}.expert_used_count", n_expert_used)
         w.add_uint32(f"{a}.expert_feed_forward_length", n_ff_exp)
         w.add_uint32(f"{a}.expert_shared_feed_forward_length", n_ff_shexp)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    for key, val, vtype, sub in tok_meta:
-        w.add_key_value(key, val, _TYPE(vtype), _TYPE(sub) if sub is not None else None)
-
-    def rnd(*shape: int, std: float = 0.05) -> np.ndarray:
-        return rng.normal(0.0, std, size=shape).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32) if agree else (1.0 + rnd(n, std=0.05))
-
-    def out_proj(*shape: int) -> np.ndarray:
-        """A projection that writes into the residual stream: zero for 'agree'."""
-        return np.zeros(shape, dtype=np.float32) if agree else rnd(*shape)
-
-    # numpy shapes are the reverse of ggml's {ne0, ne1, ...}
-    w.add_tensor("token_embd.weight", rnd(n_vocab, n_embd, std=1.0).astype(np.float16))
-    w.add_tensor("output_norm.weight", ones(n_embd))
-    w.add_tensor("output.weight", rnd(n_vocab, n_embd, std=0.5).astype(np.float16))
+    wt = _Weights(rng, agree)
+    rnd, ones, out_proj = wt.rnd, wt.ones, wt.out_proj
+    _add_tokenizer_and_head(w, tok_meta, n_vocab, n_embd, wt)
 
     def attn_block(il: int) -> None:
         p = f"blk.{il}"
@@ -290,22 +275,9 @@ def build_hy_v3_mtp(
         w.add_uint32(f"{a}.{key}", val)
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(f"{a}.rope.freq_base", 10000.0)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    for key, val, vtype, sub in tok_meta:
-        w.add_key_value(key, val, _TYPE(vtype), _TYPE(sub) if sub is not None else None)
-
-    def rnd(*shape: int, std: float = 0.05) -> np.ndarray:
-        return rng.normal(0.0, std, size=shape).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32) if agree else (1.0 + rnd(n, std=0.05))
-
-    def out_proj(*shape: int) -> np.ndarray:
-        return np.zeros(shape, dtype=np.float32) if agree else rnd(*shape)
-
-    w.add_tensor("token_embd.weight", rnd(n_vocab, n_embd, std=1.0).astype(np.float16))
-    w.add_tensor("output_norm.weight", ones(n_embd))
-    w.add_tensor("output.weight", rnd(n_vocab, n_embd, std=0.5).astype(np.float16))
+    wt = _Weights(rng, agree)
+    rnd, ones, out_proj = wt.rnd, wt.ones, wt.out_proj
+    _add_tokenizer_and_head(w, tok_meta, n_vocab, n_embd, wt)
     for il in range(n_layer + n_nextn):
         p = f"blk.{il}"
         w.add_tensor(f"{p}.attn_norm.weight", ones(n_embd))
@@ -328,6 +300,41 @@ def build_hy_v3_mtp(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+class _Weights:
+    """Seeded random weights of one variant: ``agree`` zeroes every projection that writes
+    into the residual stream and makes every norm weight 1."""
+
+    def __init__(self, rng: np.random.Generator, agree: bool) -> None:
+        self.rng, self.agree = rng, agree
+
+    def rnd(self, *shape: int, std: float = 0.05) -> np.ndarray:
+        return self.rng.normal(0.0, std, size=shape).astype(np.float32)
+
+    def ones(self, n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32) if self.agree else (1.0 + self.rnd(n, std=0.05))
+
+    def out_proj(self, *shape: int) -> np.ndarray:
+        """A projection that writes into the residual stream: zero for 'agree'."""
+        return np.zeros(shape, dtype=np.float32) if self.agree else self.rnd(*shape)
+
+
+def _add_tokenizer_and_head(
+    w: gguf.GGUFWriter,
+    tok_meta: list[tuple[str, Any, int, int | None]],
+    n_vocab: int,
+    n_embd: int,
+    wt: _Weights,
+) -> None:
+    """File type, the copied tokenizer, and the embedding / final norm / output head."""
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for key, val, vtype, sub in tok_meta:
+        w.add_key_value(key, val, _TYPE(vtype), _TYPE(sub) if sub is not None else None)
+    # numpy shapes are the reverse of ggml's {ne0, ne1, ...}
+    w.add_tensor("token_embd.weight", wt.rnd(n_vocab, n_embd, std=1.0).astype(np.float16))
+    w.add_tensor("output_norm.weight", wt.ones(n_embd))
+    w.add_tensor("output.weight", wt.rnd(n_vocab, n_embd, std=0.5).astype(np.float16))
 
 
 def _eh_proj(n_embd: int, agree: bool, rnd: Any) -> np.ndarray:

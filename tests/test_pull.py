@@ -117,8 +117,8 @@ def hub() -> Iterator[str]:
     server.shutdown()
 
 
-def pull(tmp_path: Path, endpoint: str, ref: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {
+def hub_env(tmp_path: Path, endpoint: str, **env: str) -> dict[str, str]:
+    return {
         **os.environ,
         "HF_ENDPOINT": endpoint,
         "HF_HUB_CACHE": str(tmp_path / "hf"),
@@ -127,11 +127,14 @@ def pull(tmp_path: Path, endpoint: str, ref: str, **env: str) -> subprocess.Comp
         "HF_HUB_OFFLINE": "0",
         **env,
     }
+
+
+def pull(tmp_path: Path, endpoint: str, ref: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "localspec", "pull", ref],
         capture_output=True,
         text=True,
-        env=environment,
+        env=hub_env(tmp_path, endpoint, **env),
         timeout=120,
     )
 
@@ -177,17 +180,9 @@ def test_pull_survives_a_broken_download(tmp_path: Path, hub: str) -> None:
 def test_pull_killed_mid_download_resumes_in_the_next_process(tmp_path: Path, hub: str) -> None:
     data = FILES["tiny-q4.gguf"]
     HubHandler.stall_next_download = True
-    env = {
-        **os.environ,
-        "HF_ENDPOINT": hub,
-        "HF_HUB_CACHE": str(tmp_path / "hf"),
-        "LOCALSPEC_CACHE": str(tmp_path / "cache"),
-        "HF_HUB_DISABLE_XET": "1",
-        "HF_HUB_OFFLINE": "0",
-    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "localspec", "pull", f"{REPO}:tiny-q4.gguf"],
-        env=env,
+        env=hub_env(tmp_path, hub),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -64,6 +64,7 @@ class AdaptiveController:
         self._n_start = n_max if n_start is None else max(1, min(n_start, n_max))
         self.n_draft = self._n_start
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
+        self.paused = False
         self.start()
 
     def start(self) -> None:
@@ -74,7 +75,7 @@ class AdaptiveController:
         drafter resumes after one round, one that does not costs one probe instead of the
         whole climb of ever longer pauses (each probe of a neural drafter first catches its
         cache up with the paused stretch, which is not free)."""
-        ended_paused = getattr(self, "paused", False)
+        ended_paused = self.paused
         self.pauses = 0
         self._rounds_seen = 0
         self._answer_verifications = 0

@@ -24,22 +24,9 @@ from typing import BinaryIO
 from gguf import GGUFValueType
 
 from localspec.fileops import CHUNK
-from localspec.gguf_info import GGUFHeader, TensorInfo, read_header
+from localspec.gguf_info import SCALAR_FORMATS, GGUFHeader, TensorInfo, read_header
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
-_SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "<B",
-    GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I",
-    GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.BOOL: "<?",
-    GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d",
-}
 
 
 def _string(text: str) -> bytes:
@@ -48,7 +35,7 @@ def _string(text: str) -> bytes:
 
 
 def _scalar_record(key: str, vtype: GGUFValueType, value: object) -> bytes:
-    return _string(key) + struct.pack("<I", vtype) + struct.pack(_SCALAR_FORMATS[vtype], value)
+    return _string(key) + struct.pack("<I", vtype) + struct.pack(SCALAR_FORMATS[vtype], value)
 
 
 def _string_record(key: str, value: str) -> bytes:
@@ -60,7 +47,7 @@ def _sliced_array_record(raw: bytes, key: str, keep: Sequence[int]) -> bytes:
     body = raw[8 + len(key.encode()) :]
     vtype, item_type, n = struct.unpack_from("<IIQ", body)
     assert vtype == GGUFValueType.ARRAY
-    size = struct.calcsize(_SCALAR_FORMATS[GGUFValueType(item_type)])
+    size = struct.calcsize(SCALAR_FORMATS[GGUFValueType(item_type)])
     items = body[16 : 16 + n * size]
     kept = b"".join(items[i * size : (i + 1) * size] for i in keep)
     return _string(key) + struct.pack("<IIQ", vtype, item_type, len(keep)) + kept
