@@ -24,7 +24,7 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
-from localspec.engine.adaptive import LOOKUP_START, NEURAL_START, AdaptiveController
+from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
@@ -224,15 +224,14 @@ class Engine:
         return build_prompt(self.target, prompt, chat or not isinstance(prompt, str), system)
 
     def _controller(self, mode: str, spec: SpecConfig) -> AdaptiveController | None:
-        """One adaptive controller per (mode, settings), kept across generations: what it
-        learnt about acceptance and costs carries over to the next prompt."""
+        """One adaptive controller per (mode, settings), kept across generations: the costs
+        it measured carry over to the next prompt (acceptance is learnt per answer)."""
         if mode == "none" or not spec.adaptive:
             return None
         key = (mode, spec)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
-            n_start = LOOKUP_START if mode in LOOKUP_MODES else NEURAL_START
-            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min, True, n_start)
+            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min, True)
         return self._controllers[key]
 
     def available_modes(self) -> list[str]:

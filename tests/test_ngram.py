@@ -39,3 +39,25 @@ def test_history_follows_a_new_context() -> None:
     drafter = NgramDrafter(NgramParams(size_n=2, size_m=3, min_n=2))
     assert drafter.propose([1, 2, 3, 1, 2], 8).tokens == [3, 1, 2]
     assert drafter.propose([5, 6, 7, 5, 6], 8).tokens == [7, 5, 6]  # not stale history
+
+
+def brute_force_last_match(history: np.ndarray, n: int, min_hits: int, want: int) -> int | None:
+    """find_last_match's definition, written as a plain scan of every start."""
+    length = history.size
+    if length < n + 1:
+        return None
+    key = history[length - n :]
+    hits = [s for s in range(length - n) if (history[s : s + n] == key).all()]
+    if len(hits) < min_hits or not hits:
+        return None
+    full = [h for h in hits if length - (h + n) >= want]
+    return full[-1] if full else hits[0]
+
+
+def test_one_backward_scan_finds_what_a_plain_scan_finds() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(2000):  # a 3-token vocabulary: many overlapping, repeated matches
+        history = rng.integers(0, 3, size=int(rng.integers(1, 40))).astype(np.int32)
+        n, min_hits, want = (int(x) for x in rng.integers(1, [6, 3, 6]))
+        expected = brute_force_last_match(history, n, min_hits, want)
+        assert find_last_match(history, n, min_hits, want) == expected

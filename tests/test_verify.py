@@ -137,3 +137,55 @@ def test_multi_token_draft_keeps_joint_distribution() -> None:
     total = counts.sum()  # second tokens emitted (the first was accepted)
     assert chisquare(counts, p2 * total).pvalue > 1e-3
     assert 0.5 * np.abs(counts / total - p2).sum() < 0.01
+
+
+def naive_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The textbook pipeline (full sorts, no shortcuts): the reference for the fast one."""
+    scaled = logits.astype(np.float64) / params.temperature
+    if params.top_k:
+        kth = np.sort(scaled)[-params.top_k]
+        scaled = np.where(scaled >= kth, scaled, -np.inf)
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        keep_n = int(np.searchsorted(np.cumsum(probs[order]), params.top_p)) + 1
+        kept = np.zeros_like(probs)
+        kept[order[:keep_n]] = probs[order[:keep_n]]
+        probs = kept / kept.sum()
+    if params.min_p:
+        probs = np.where(probs >= params.min_p * probs.max(), probs, 0.0)
+    return probs / probs.sum()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(0.7),
+        SamplingParams(0.7, top_k=40),
+        SamplingParams(1.0, top_k=5000),  # more than the window under the maximum holds
+        SamplingParams(0.7, top_p=0.9),
+        SamplingParams(1.3, top_p=0.999),  # the mass is spread: the thresholds must widen
+        SamplingParams(0.7, top_k=40, top_p=0.95, min_p=0.05),
+        SamplingParams(0.8, min_p=0.1),
+    ],
+)
+def test_fast_truncation_equals_full_sort_on_a_large_vocabulary(params: SamplingParams) -> None:
+    rng = np.random.default_rng(3)
+    for spread in (0.5, 3.0, 20.0):  # flat to peaked rows
+        row = (rng.standard_normal(151_936) * spread).astype(np.float32)
+        expected = naive_probabilities(row, params)
+        got = probabilities(row, params)
+        assert np.array_equal(got > 0, expected > 0)
+        assert np.allclose(got, expected, rtol=1e-9, atol=1e-15)
+
+
+def test_blockwise_sampling_follows_a_distribution_spread_over_blocks() -> None:
+    rng = np.random.default_rng(4)
+    probs = np.zeros(20_000)
+    ids = np.array([0, 2047, 2048, 9000, 9001, 19_999])  # block edges, empty blocks between
+    probs[ids] = [0.1, 0.2, 0.05, 0.3, 0.25, 0.1]
+    draws = np.array([sample(probs, rng) for _ in range(50_000)])
+    assert set(np.unique(draws)) <= set(ids)  # never a token of probability 0
+    counts = np.array([(draws == i).sum() for i in ids])
+    assert chisquare(counts, probs[ids] * draws.size).pvalue > 1e-3

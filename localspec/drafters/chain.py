@@ -76,6 +76,25 @@ class ChainController:
         self.chain.limits = [part.next_draft_length() for part in self.parts]
         return max(self.chain.limits)
 
+    def wants_shadow(self) -> bool:
+        """Shadow checks go to the drafters whose controllers want one (limit 1 each): the
+        first of them with a guess makes it, as for a real draft."""
+        wants = [part.wants_shadow() for part in self.parts]
+        self.chain.limits = [int(w) for w in wants]
+        return any(wants)
+
+    def observe_shadow(self, acceptance: float | None, draft_s: float) -> None:
+        source = self.chain.last_source
+        for i, (part, limit) in enumerate(zip(self.parts, self.chain.limits, strict=True)):
+            if i == source:
+                part.observe_shadow(acceptance, draft_s)
+            elif limit:  # asked, but had no guess
+                part.observe_shadow(None, 0.0)
+
+    @property
+    def shadow_checks(self) -> int:
+        return sum(part.shadow_checks for part in self.parts)
+
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         source = self.chain.last_source
         if n_drafted and source is not None:

@@ -54,9 +54,12 @@ class NgramDrafter:
         size_m = min(self.params.size_m, n_max)
         if size_m <= 0:
             return Draft()
+        # one backward scan serves every key length (the drafter runs on every plain step
+        # while speculation is paused, for shadow checks: it must cost microseconds)
+        occurrences = tail_occurrences(history, self.params.size_n)
         for n in self._key_lengths():
             want = size_m if n >= self.params.size_n else min(size_m, SHORT_KEY_FACTOR * n)
-            start = find_last_match(history, n, self.params.min_hits, want)
+            start = find_last_match(history, n, self.params.min_hits, want, occurrences)
             if start is not None:
                 follow = history[start + n : start + n + want]
                 return Draft(follow.tolist())
@@ -88,10 +91,36 @@ class NgramDrafter:
         self._known = []
 
 
-def find_last_match(history: np.ndarray, n: int, min_hits: int = 1, want: int = 1) -> int | None:
+def tail_occurrences(history: np.ndarray, max_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Earlier occurrences of the history's tail: the positions ``ends`` (before the last)
+    holding the last token, and for each how many tokens, up to ``max_n``, match backwards
+    from there. An occurrence of the last n tokens is an end whose length is >= n."""
+    last = history.size - 1
+    if last < 1:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ends = np.flatnonzero(history[:last] == history[last])
+    lengths = np.zeros(ends.size, dtype=np.int64)
+    alive = np.arange(ends.size)
+    for j in range(max_n):
+        at = ends[alive] - j
+        alive = alive[(at >= 0) & (history[np.maximum(at, 0)] == history[last - j])]
+        if alive.size == 0:
+            break
+        lengths[alive] += 1
+    return ends, lengths
+
+
+def find_last_match(
+    history: np.ndarray,
+    n: int,
+    min_hits: int = 1,
+    want: int = 1,
+    occurrences: tuple[np.ndarray, np.ndarray] | None = None,
+) -> int | None:
     """Start of the most recent earlier occurrence of the last ``n`` tokens that is followed
     by at least ``want`` tokens; if none is, the occurrence with the longest continuation (the
     earliest). None when the key occurs fewer than ``min_hits`` times before the end.
+    ``occurrences``: ``tail_occurrences(history, m)`` for some m >= n, computed once.
 
     Why not simply the most recent occurrence: in repetitive text (a repeated line, a run of
     the same token) it lies just behind the end and can only offer a token or two, while an
@@ -99,10 +128,8 @@ def find_last_match(history: np.ndarray, n: int, min_hits: int = 1, want: int = 
     length = history.size
     if length < n + 1:
         return None
-    key = history[length - n :]
-    # Candidate starts 0 .. length-n-1 (the occurrence at length-n is the key itself).
-    windows = np.lib.stride_tricks.sliding_window_view(history[: length - 1], n)
-    hits = np.flatnonzero((windows == key).all(axis=1))
+    ends, lengths = occurrences if occurrences is not None else tail_occurrences(history, n)
+    hits = ends[lengths >= n] - (n - 1)  # occurrence starts, in increasing order
     if hits.size < min_hits or hits.size == 0:
         return None
     full = hits[length - (hits + n) >= want]

@@ -8,15 +8,23 @@ All three are measured as the generation runs:
 
 * a_i: exponentially decayed counts per position (recent text matters most);
 * verify(n): the target's measured cost curve (``costs.VerifyCost``), rescaled online;
-* draft(k): decayed seconds per drafted token plus a fixed cost per round.
+* draft(k): decayed seconds per drafted token.
 
 The length chosen maximises E(k) / cost(k). If k = 0 (plain decoding) wins, speculation is
-paused; a single short probe round is made after a pause long enough that failing probes
-cost at most PROBE_BUDGET of the time (from the measured costs), and the pause doubles while
-the probes keep losing, so a bad regime costs little and a good one is found again. When even
-a fully accepted draft could not beat plain decoding (the drafter costs too much on this
-machine), the controller stops probing altogether; the Engine keeps one controller per mode
-across generations, so that lesson is not paid for again on the next prompt.
+paused. While paused, evidence comes from *shadow checks*, not from verified probes: the
+drafter guesses the next token, the target decodes plainly as it would anyway, and the guess
+is scored against the target's own choice (greedy: equal or not; sampling: the probability
+the guess would have been accepted, sum(min(p, q))). A probe costs a verify batch, which on
+a small CPU is more than two plain steps; a shadow check costs one drafted token (nothing for
+an n-gram lookup). Every answer opens with shadow checks, because acceptance depends on the
+prompt: a lookup checks every step; a neural drafter checks while its own cost stays within
+SHADOW_BUDGET of the time, or, when it would first have to catch its cache up with a paused
+stretch (a draft model on a CPU), only at the start of the answer and until its first miss.
+Speculation resumes when the model predicts a gain, or after SHADOW_STREAK guesses in a row
+were right (text being copied, where the a_i are near 1 but the evidence is still thin).
+When even a fully accepted draft could not beat plain decoding (the drafter costs too much
+on this machine), the controller stops drafting and checking for the rest of the answer.
+The Engine keeps one controller per mode across generations: measured costs carry over.
 """
 
 from __future__ import annotations
@@ -27,17 +35,15 @@ from localspec.engine.costs import VerifyCost
 
 DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
-MIN_PAUSE, MAX_PAUSE = 4, 128
-PROBE_BUDGET = 0.025  # share of the time failing probes may cost while speculation loses
+SHADOW_BUDGET = 0.025  # share of the time shadow checks may cost while speculation is paused
+MAX_SHADOW_SPACING = 128  # plain steps between two shadow checks, at most
+SHADOW_STREAK = 3  # right guesses in a row that resume speculation whatever the estimates
+STREAK_HIT = 0.9  # a guess counts in the streak when accepted with at least this probability
 MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be chosen
-MIN_EVIDENCE = 2  # verifications in an answer before a drafter that cannot probe stops
 CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
-PROBE_LENGTH = 2  # a probe after a pause: a failed one costs little more than a plain step
-NEURAL_START = 4  # a neural drafter's first draft length (see ``n_start``)
-LOOKUP_START = 16  # a lookup drafter's: a long failed lookup draft costs a long verify batch
+RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about one token
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
-# cannot pay with this drafter on this machine: stop probing (a probe of a draft model must
-# first catch its cache up with every token made during the pause, which is not free).
+# cannot pay with this drafter on this machine: stop drafting and checking for this answer.
 HOPELESS_BELOW = 1.05
 
 
@@ -48,11 +54,7 @@ class AdaptiveController:
         cost: VerifyCost | None,
         n_min: int = 0,
         enabled: bool = True,
-        n_start: int | None = None,
     ) -> None:
-        """``n_start``: the first draft length (default ``n_max``). A neural drafter starts
-        short: each of its tokens costs a forward pass, so a long first draft that fails
-        costs as much as many plain tokens; a lookup draft is free to make and starts long."""
         self.n_max, self.n_min = n_max, n_min
         self.enabled = enabled and cost is not None
         self.cost = cost
@@ -61,128 +63,118 @@ class AdaptiveController:
         self._draft_per_token = 0.0
         self._catch_up: float | None = None
         self._draft_seen = False
-        self._n_start = n_max if n_start is None else max(1, min(n_start, n_max))
-        self.n_draft = self._n_start
+        self._resume = min(RESUME_LENGTH, n_max)
+        self.n_draft = self._resume
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
         self.paused = False
         self.start()
 
     def start(self) -> None:
-        """A new generation: per-generation counters restart, what was learnt is kept.
-
-        A generation that ended paused (speculation was losing) opens the next one with a
-        single short probe and keeps its pause length: a prompt of another kind that suits the
-        drafter resumes after one round, one that does not costs one probe instead of the
-        whole climb of ever longer pauses (each probe of a neural drafter first catches its
-        cache up with the paused stretch, which is not free)."""
-        ended_paused = self.paused
+        """A new generation: acceptance restarts from the prior (it depends on the prompt),
+        measured costs are kept, and speculation waits for the answer's first shadow checks."""
         self.pauses = 0
-        self._rounds_seen = 0
-        self._answer_verifications = 0
-        # acceptance depends on the prompt: each answer learns its own (costs are kept)
+        self.shadow_checks = 0
+        self._since_shadow = 0
+        self._streak = 0
+        self._opening = True
         self._accepted *= CARRY_OVER
         self._tried *= CARRY_OVER
-        self.n_draft = min(self.n_draft, self._n_start)  # a new prompt starts short
-        if self.hopeless or not ended_paused:
-            self.paused = self.hopeless
-            self._pause_len = MIN_PAUSE
-            self._pause_left = 0
-        else:
-            self.paused = True
-            self.pauses = 1
-            self._pause_left = 1
+        self.n_draft = self._resume
+        self.paused = self.enabled
+        # re-learnt each answer (a guess or two): one slow first measurement must not
+        # stop a drafter for good
+        self.hopeless = False
 
     def note_catch_up(self, seconds_per_token: float | None) -> None:
         """What the drafter pays per token to catch up after a pause (a draft model must
         decode the stretch it skipped before it can draft again; None: nothing)."""
         if seconds_per_token is not None:  # None: not measurable this time (cached prompt)
             self._catch_up = seconds_per_token
-        if self.paused and not self.hopeless and not self._probes_pay():
-            # it cannot probe later in this answer: explore at its start instead
-            self.paused = False
-            self.n_draft = min(self._n_start, NEURAL_START)
 
-    def _probes_pay(self) -> bool:
-        """Whether probing during a pause can stay within PROBE_BUDGET. A draft model that
-        must catch up pays for every paused token at its prompt-processing rate: about a
-        tenth of a target step on a small CPU (then it waits for the next answer, which its
-        prompt processing catches up for free), next to nothing on a GPU."""
+    def _catch_up_is_cheap(self) -> bool:
+        """Whether the drafter can check mid-answer: catching up a paused stretch costs it
+        under SHADOW_BUDGET of a step per token. A draft model pays its prompt-processing
+        rate, about a tenth of a target step on a small CPU, next to nothing on a GPU."""
         if not self._catch_up or self.cost is None:
             return True
-        return self._catch_up < PROBE_BUDGET * float(self.cost(np.array([1]))[0])
-
-    def _exploring(self) -> bool:
-        """A drafter that cannot probe mid-answer (``_probes_pay`` is False) would stop for
-        the whole answer on one unlucky round: it first gets MIN_EVIDENCE verifications in
-        this answer (at a short length) before it pauses."""
-        return (
-            not self.paused and not self._probes_pay() and self._answer_verifications < MIN_EVIDENCE
-        )
+        return self._catch_up < SHADOW_BUDGET * float(self.cost(np.array([1]))[0])
 
     def next_draft_length(self) -> int:
-        """How many tokens to draft this round (0: decode plainly)."""
+        """How many tokens to draft and verify this round (0: decode plainly)."""
         if not self.enabled:
             return self.n_max
-        if self.paused:
-            self._pause_left -= 1
-            # the opening probe of an answer is free of catch-up (prompt processing did it)
-            mid_answer = self._rounds_seen > 0
-            if self._pause_left > 0 or self.hopeless or (mid_answer and not self._probes_pay()):
-                return 0
-            return min(self.n_draft, PROBE_LENGTH)  # a short probe: cheap when it fails again
-        return self.n_draft
+        return 0 if self.paused or self.hopeless else self.n_draft
+
+    def wants_shadow(self) -> bool:
+        """Whether this plain round should carry a shadow check (see the module docstring)."""
+        if not (self.enabled and self.paused) or self.hopeless:
+            return False
+        if self._opening:  # the answer's first guesses, every step until one misses
+            return True
+        if not self._catch_up_is_cheap():
+            return False  # it would first have to catch up with the paused stretch
+        return self._since_shadow + 1 >= self._shadow_spacing()
+
+    def _shadow_spacing(self) -> int:
+        """Plain steps per shadow check, so that checks cost at most SHADOW_BUDGET."""
+        if self.cost is None or not self._draft_seen:
+            return 1
+        step = float(self.cost(np.array([1]))[0])
+        spacing = np.ceil(self._draft_per_token / (SHADOW_BUDGET * step))
+        return int(np.clip(spacing, 1, MAX_SHADOW_SPACING))
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
-        """Record one round and choose the draft length for the next."""
-        self._rounds_seen += 1
-        self._answer_verifications += n_drafted > 0
+        """Record one verified (or plain) round and choose the draft length for the next."""
+        self._since_shadow += 1
         if self.cost is not None:
             self.cost.observe(n_drafted + 1, verify_s)
-        if n_drafted:
-            self._record_acceptance(n_drafted, n_accepted)
-            if not self.paused:  # a probe's draft time includes catching up the pause
-                self._record_draft_cost(n_drafted, draft_s)
+        if not n_drafted:
+            return  # a plain round (or a lookup that found nothing): nothing to decide
+        self._record_acceptance(n_drafted, n_accepted)
+        self._record_draft_cost(n_drafted, draft_s)
         if not self.enabled:
             return
         best = self._best_length()
-        won_probe = self.paused and 0 < n_drafted == n_accepted
-        if best == 0 and n_drafted and won_probe:
-            # a probe accepted in full is evidence the text changed (a file copied again)
-            best = min(self._n_start, NEURAL_START)
-        elif best == 0 and n_drafted and self._exploring():
-            best = min(self._n_start, PROBE_LENGTH)  # too little evidence to stop for good
+        if best == 0 and n_accepted == n_drafted < self.n_max:
+            # a draft accepted in full is no reason to stop: the text may be a copy, whose
+            # near-1 acceptance the decayed estimates have not seen yet; try longer
+            best = min(2 * n_drafted, self.n_max)
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
-            if not self.paused or self._pause_left <= 0:
-                self._pause(after_probe=self.paused)
+            self._pause()
         else:
-            self.paused = False
-            self._pause_len = MIN_PAUSE
-            self.n_draft = best
+            # grow by at most about twice what was just accepted: deep positions borrow
+            # their estimates from shallower ones, and in prose a lookup that matched a few
+            # tokens seldom matches fifteen (a copied file still doubles up quickly)
+            self.n_draft = min(best, 2 * (n_accepted + 1))
 
-    def _pause(self, after_probe: bool) -> None:
-        """Pause, or pause again after a lost probe (the pause doubles)."""
-        if not self.paused:
-            self.pauses += 1
-        if after_probe:
-            self._pause_len = min(max(self._pause_len * 2, self._first_pause()), MAX_PAUSE)
-        else:
-            self._pause_len = self._first_pause()
+    def observe_shadow(self, acceptance: float | None, draft_s: float) -> None:
+        """The outcome of a shadow check: the probability that the guessed token would have
+        been accepted (None: the drafter had no guess), and the time the guess took."""
+        self._since_shadow = 0
+        if acceptance is None:
+            return
+        self.shadow_checks += 1
+        self._record_draft_cost(1, draft_s)
+        self._accepted *= DECAY
+        self._tried *= DECAY
+        self._tried[0] += 1
+        self._accepted[0] += acceptance
+        self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
+        self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
+        best = 0 if self.hopeless else self._best_length()
+        if best == 0 and self._streak >= SHADOW_STREAK and not self.hopeless:
+            best = self._resume
+        if best > 0:  # resume short: a guess is evidence about the next token only
+            self.paused, self.n_draft = False, min(best, self._resume)
+        if best > 0 or acceptance < STREAK_HIT:
+            self._opening = False
+
+    def _pause(self) -> None:
+        self.pauses += 1
         self.paused = True
-        self._pause_left = self._pause_len
-
-    def _first_pause(self) -> int:
-        """Plain rounds before the first probe, so that probes that keep failing cost at most
-        PROBE_BUDGET of the time. A probe costs a batch of PROBE_LENGTH + 1 (and its draft)
-        instead of one step: next to nothing on a GPU, more than two steps on a small CPU,
-        where a batch of 2 leaves llama.cpp's one-token (matrix-vector) kernels."""
-        if self.cost is None:
-            return MIN_PAUSE
-        k = min(self.n_draft, PROBE_LENGTH)
-        step = float(self.cost(np.array([1]))[0])
-        probe = float(self.cost(np.array([k + 1]))[0]) + self._draft_per_token * k
-        overhead = max(0.0, probe / step - 1.0)
-        return int(np.clip(np.ceil(overhead / PROBE_BUDGET), MIN_PAUSE, MAX_PAUSE))
+        self._since_shadow = 0
+        self._streak = 0
 
     def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:
         self._accepted *= DECAY

@@ -23,7 +23,12 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine.llama_lib import ensure_initialised, recent_log
+from localspec.engine.llama_lib import (
+    defer_interrupt,
+    ensure_initialised,
+    raise_deferred_interrupt,
+    recent_log,
+)
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
 from localspec.vocab import Vocab
@@ -84,14 +89,20 @@ class Backend:
         path: Path, options: BackendOptions, progress: Callable[[float], None] | None
     ) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
-        if progress is not None:
-            # Kept in a local until the load returns: ctypes must not free the callback early.
-            callback = llama_cpp.llama_progress_callback(lambda p, _user: progress(p) or True)
+        # Kept in a local until the load returns: ctypes must not free the callback early.
+        callback = _progress_callback(progress) if progress is not None else None
+        if callback is not None:
             params.progress_callback = callback
         if options.n_gpu_layers is not None:
             params.n_gpu_layers = options.n_gpu_layers
         params.load_mtp = options.load_mtp
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        try:
+            raise_deferred_interrupt()
+        except KeyboardInterrupt:
+            if model:
+                llama_cpp.llama_model_free(model)
+            raise
         if not model:
             raise LocalspecError(
                 f"llama.cpp could not load {path}: {_diagnose_gguf(path) or recent_log()}",
@@ -110,6 +121,13 @@ class Backend:
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         ctx = llama_cpp.llama_init_from_model(self.model, params)
+        try:
+            raise_deferred_interrupt()
+        except KeyboardInterrupt:
+            if ctx:
+                llama_cpp.llama_free(ctx)
+            llama_cpp.llama_model_free(self.model)
+            raise
         if not ctx:
             llama_cpp.llama_model_free(self.model)
             raise LocalspecError(
@@ -275,6 +293,21 @@ class _Batch:
         if self.capacity:
             llama_cpp.llama_batch_free(self.batch)
             self.capacity = 0
+
+
+def _progress_callback(progress: Callable[[float], None]) -> object:
+    """llama.cpp's load-progress callback around ``progress``; Ctrl-C during the load stops
+    it (returning False aborts the load) and is re-raised once the load call returns."""
+
+    def call(fraction: float, _user: object) -> bool:
+        try:
+            progress(fraction)
+        except KeyboardInterrupt:
+            defer_interrupt()
+            return False
+        return True
+
+    return llama_cpp.llama_progress_callback(call)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

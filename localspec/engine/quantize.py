@@ -6,7 +6,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.engine.llama_lib import ensure_initialised, recent_log
+from localspec.engine.llama_lib import ensure_initialised, raise_deferred_interrupt, recent_log
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
 
@@ -28,6 +28,7 @@ def requantize(source: Path, dest: Path, ftype: str, pure: bool = False) -> None
     params.pure = pure
     params.nthread = default_threads()
     rc = llama_cpp.llama_model_quantize(str(source).encode(), str(dest).encode(), params)
+    raise_deferred_interrupt()  # the caller's atomic write removes the partial file
     if rc != 0:
         raise LocalspecError(
             f"llama.cpp could not requantize {source} to {ftype} (code {rc}): {recent_log()}",

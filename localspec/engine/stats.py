@@ -32,6 +32,7 @@ class Stats:
     n_draft_max: int = 0  # the adaptive controller's draft length now
     paused: bool = False  # the adaptive controller has paused speculation
     pauses: int = 0
+    shadow_checks: int = 0  # guesses scored against the target while paused
     # per drafter (a chain has several): (name, drafted, accepted, verifications)
     by_drafter: tuple[tuple[str, int, int, int], ...] = ()
 
@@ -119,7 +120,9 @@ class StatsRecorder:
         for i in range(n_accepted):
             self.accepted_at[i] += 1
 
-    def snapshot(self, n_draft_max: int = 0, paused: bool = False, pauses: int = 0) -> Stats:
+    def snapshot(
+        self, n_draft_max: int = 0, paused: bool = False, pauses: int = 0, shadow_checks: int = 0
+    ) -> Stats:
         now = time.perf_counter()
         prefilled = self.t_prefilled or now
         return Stats(
@@ -139,5 +142,6 @@ class StatsRecorder:
             n_draft_max=n_draft_max,
             paused=paused,
             pauses=pauses,
+            shadow_checks=shadow_checks,
             by_drafter=tuple((name, *counts) for name, counts in self.by_drafter.items()),  # type: ignore[misc]
         )
