@@ -31,6 +31,7 @@ def test_run_json_compare_on_code_edit(qwen_path: Path) -> None:
     assert report["finish_reason"] == "length"
     assert report["stats"]["drafted"] > 0 and report["stats"]["accepted"] > 0
     assert report["speedup"] > 0 and report["plain_tokens_per_s"] > 0
+    assert len(report["plain_runs_tokens_per_s"]) == 2  # plain before and after
     assert report["lossless"]["identical"] or report["lossless"]["near_tie"]
     for key in (
         "acceptance_rate",

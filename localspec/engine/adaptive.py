@@ -19,7 +19,8 @@ a small CPU is more than two plain steps; a shadow check costs one drafted token
 an n-gram lookup). Every answer opens with shadow checks, because acceptance depends on the
 prompt: a lookup checks every step; a neural drafter checks while its own cost stays within
 SHADOW_BUDGET of the time, or, when it would first have to catch its cache up with a paused
-stretch (a draft model on a CPU), only at the start of the answer and until its first miss.
+stretch (a draft model on a CPU), only in the answer's opening, until its second miss (it is
+in step with the answer there: it has drafted or guessed at every step).
 Speculation resumes when the model predicts a gain, or after SHADOW_STREAK guesses in a row
 were right (text being copied, where the a_i are near 1 but the evidence is still thin).
 When even a fully accepted draft could not beat plain decoding (the drafter costs too much
@@ -39,6 +40,7 @@ SHADOW_BUDGET = 0.025  # share of the time shadow checks may cost while speculat
 MAX_SHADOW_SPACING = 128  # plain steps between two shadow checks, at most
 SHADOW_STREAK = 3  # right guesses in a row that resume speculation whatever the estimates
 STREAK_HIT = 0.9  # a guess counts in the streak when accepted with at least this probability
+OPENING_MISSES = 2  # an answer's opening checks (every step) end after this many misses
 MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be chosen
 CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about one token
@@ -76,7 +78,7 @@ class AdaptiveController:
         self.shadow_checks = 0
         self._since_shadow = 0
         self._streak = 0
-        self._opening = True
+        self._misses = 0  # wrong guesses and lost rounds in this answer's opening
         self._accepted *= CARRY_OVER
         self._tried *= CARRY_OVER
         self.n_draft = self._resume
@@ -109,7 +111,7 @@ class AdaptiveController:
         """Whether this plain round should carry a shadow check (see the module docstring)."""
         if not (self.enabled and self.paused) or self.hopeless:
             return False
-        if self._opening:  # the answer's first guesses, every step until one misses
+        if self._misses < OPENING_MISSES:  # the answer's opening: a check every step
             return True
         if not self._catch_up_is_cheap():
             return False  # it would first have to catch up with the paused stretch
@@ -135,12 +137,14 @@ class AdaptiveController:
         if not self.enabled:
             return
         best = self._best_length()
-        if best == 0 and n_accepted == n_drafted < self.n_max:
+        if best == 0 and n_accepted == n_drafted:
             # a draft accepted in full is no reason to stop: the text may be a copy, whose
-            # near-1 acceptance the decayed estimates have not seen yet; try longer
+            # near-1 acceptance the decayed estimates (and the prior) have not caught up
+            # with; try longer
             best = min(2 * n_drafted, self.n_max)
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
+            self._misses += 1
             self._pause()
         else:
             # grow by at most about twice what was just accepted: deep positions borrow
@@ -167,8 +171,8 @@ class AdaptiveController:
             best = self._resume
         if best > 0:  # resume short: a guess is evidence about the next token only
             self.paused, self.n_draft = False, min(best, self._resume)
-        if best > 0 or acceptance < STREAK_HIT:
-            self._opening = False
+        elif acceptance < STREAK_HIT:
+            self._misses += 1
 
     def _pause(self) -> None:
         self.pauses += 1
