@@ -67,11 +67,15 @@ def run_cells(
     seed: int = 0,
     spec_for: Callable[[str], SpecConfig] | None = None,
 ) -> Iterator[Run]:
-    """Interleave: repeat > prompt > temperature > plain first, then each mode."""
+    """Interleave: repeat > prompt > temperature > plain and each mode, in an order that
+    rotates with the repeat (a machine that slows down over consecutive runs, as a burstable
+    VM does, would otherwise always penalise the modes that run after plain decoding)."""
+    order = ["none", *[m for m in modes if m != "none"]]
     for repeat in range(repeats):
+        shift = repeat % len(order)
         for case in prompts:
             for temp in temps:
-                for mode in ["none", *[m for m in modes if m != "none"]]:
+                for mode in order[shift:] + order[:shift]:
                     r = engine.generate(
                         case.text,
                         chat=True,

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from localspec import native
+from localspec.bench import run_cells
 from localspec.cli import main
+from localspec.engine.stats import Stats
+from localspec.prompts import PromptCase
 
 
 def test_tiny_bench_writes_json_markdown_and_png(capsys, tmp_path: Path, smollm_path) -> None:  # type: ignore[no-untyped-def]
@@ -119,3 +123,24 @@ def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
     assert main(["doctor", str(smollm_path)]) == 0
     out = capsys.readouterr().out
     assert "ceiling for speculation here" in out and "GPU offload" in out
+
+
+def test_mode_order_rotates_with_the_repeat() -> None:
+    """Scheduling only (a recording stand-in for the engine): each mode, plain included,
+    takes each place in the order once over as many repeats as there are modes."""
+    order: list[tuple[int, str]] = []
+
+    class Recorder:
+        def generate(self, text: str, **kwargs: object) -> SimpleNamespace:
+            order.append((kwargs["seed"], kwargs["mode"]))  # type: ignore[arg-type]
+            return SimpleNamespace(stats=Stats(), tokens=[], margins=[], runners_up=[])
+
+    case = PromptCase("p", "qa", "en", "hello")
+    runs = list(run_cells(Recorder(), ["ngram-simple", "draft-self"], [case], [0.0], 8, 3))  # type: ignore[arg-type]
+    assert len(runs) == 9
+    by_repeat = [[mode for seed, mode in order if seed == r] for r in range(3)]
+    assert by_repeat == [
+        ["none", "ngram-simple", "draft-self"],
+        ["ngram-simple", "draft-self", "none"],
+        ["draft-self", "none", "ngram-simple"],
+    ]

@@ -10,6 +10,7 @@ from typing import Any
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
 from localspec.errors import LocalspecError
+from localspec.modes import parse_mode
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -153,12 +154,20 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
         f"{s['mean_acceptance_length']:.2f}, draft {s['draft_ms']:.0f} ms, "
         f"verify {s['verify_ms']:.0f} ms",
     ]
-    if len(s["by_drafter"]) > 1:  # a chain: who drafted what
-        lines += [
-            f"  {name}: drafted {d['drafted']}, accepted {d['accepted']} "
-            f"({100 * d['acceptance_rate']:.1f}%)"
-            for name, d in s["by_drafter"].items()
-        ]
+    drafters = parse_mode(report["mode"]) if report["mode"] != "none" else []
+    if len(drafters) > 1:  # a chain: who drafted what (a drafter that never drafted too)
+        empty = {"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}
+        for name in drafters:
+            d = s["by_drafter"].get(name, empty)
+            lines.append(
+                f"  {name}: drafted {d['drafted']}, accepted {d['accepted']} "
+                f"({100 * d['acceptance_rate']:.1f}%)"
+            )
+    if drafters:
+        lines.append(
+            f"  adaptive: {s['pauses']} pause(s), {s['shadow_checks']} shadow check(s)"
+            + (", paused at the end" if s["paused"] else "")
+        )
     if "speedup" in report:
         lines.append(
             f"  plain {report['plain_tokens_per_s']:.1f} tok/s -> speedup {report['speedup']:.2f}x"

@@ -100,9 +100,8 @@ class ChainController:
         if n_drafted and source is not None:
             self.parts[source].observe(n_drafted, n_accepted, draft_s, verify_s)
             return
-        for part, limit in zip(self.parts, self.chain.limits, strict=True):
-            if limit:  # asked, but had nothing: a plain round for it
-                part.observe(0, 0, draft_s, verify_s)
+        for part in self.parts:  # a plain round for each (a paused one counts it too)
+            part.observe(0, 0, draft_s, verify_s)
 
     @property
     def n_draft(self) -> int:

@@ -22,7 +22,8 @@ SHADOW_BUDGET of the time, or, when it would first have to catch its cache up wi
 stretch (a draft model on a CPU), only in the answer's opening, until its second miss (it is
 in step with the answer there: it has drafted or guessed at every step).
 Speculation resumes when the model predicts a gain, or after SHADOW_STREAK guesses in a row
-were right (text being copied, where the a_i are near 1 but the evidence is still thin).
+were right (text being copied, where the a_i are near 1 but the evidence is still thin) if
+a short draft kept whole would pay at all.
 When even a fully accepted draft could not beat plain decoding (the drafter costs too much
 on this machine), the controller stops drafting and checking for the rest of the answer.
 The Engine keeps one controller per mode across generations: measured costs carry over.
@@ -36,11 +37,16 @@ from localspec.engine.costs import VerifyCost
 
 DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
+# The prior's weight decays with the evidence (as old evidence does), down to this floor: a
+# fixed weight would cap the estimate of a drafter that is always right near 0.97, and on a
+# small CPU an expensive drafter pays only above that.
+MIN_PRIOR_TRIES = 0.2
 SHADOW_BUDGET = 0.025  # share of the time shadow checks may cost while speculation is paused
 MAX_SHADOW_SPACING = 128  # plain steps between two shadow checks, at most
 SHADOW_STREAK = 3  # right guesses in a row that resume speculation whatever the estimates
 STREAK_HIT = 0.9  # a guess counts in the streak when accepted with at least this probability
 OPENING_MISSES = 2  # an answer's opening checks (every step) end after this many misses
+OPENING_CHECKS = 5  # or after this many checks (a neural guess costs a draft step)
 MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be chosen
 CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about one token
@@ -81,6 +87,7 @@ class AdaptiveController:
         self._misses = 0  # wrong guesses and lost rounds in this answer's opening
         self._accepted *= CARRY_OVER
         self._tried *= CARRY_OVER
+        self._prior_tries = PRIOR_TRIES
         self.n_draft = self._resume
         self.paused = self.enabled
         # re-learnt each answer (a guess or two): one slow first measurement must not
@@ -111,8 +118,8 @@ class AdaptiveController:
         """Whether this plain round should carry a shadow check (see the module docstring)."""
         if not (self.enabled and self.paused) or self.hopeless:
             return False
-        if self._misses < OPENING_MISSES:  # the answer's opening: a check every step
-            return True
+        if self._misses < OPENING_MISSES and self.shadow_checks < OPENING_CHECKS:
+            return True  # the answer's opening: a check every step
         if not self._catch_up_is_cheap():
             return False  # it would first have to catch up with the paused stretch
         return self._since_shadow + 1 >= self._shadow_spacing()
@@ -137,20 +144,15 @@ class AdaptiveController:
         if not self.enabled:
             return
         best = self._best_length()
-        if best == 0 and n_accepted == n_drafted:
-            # a draft accepted in full is no reason to stop: the text may be a copy, whose
-            # near-1 acceptance the decayed estimates (and the prior) have not caught up
-            # with; try longer
-            best = min(2 * n_drafted, self.n_max)
         if best == 0:
             self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
-            self._misses += 1
+            self._misses += n_accepted < n_drafted  # a draft kept whole is no miss
             self._pause()
         else:
-            # grow by at most about twice what was just accepted: deep positions borrow
+            # grow to at most about twice what was just accepted: deep positions borrow
             # their estimates from shallower ones, and in prose a lookup that matched a few
             # tokens seldom matches fifteen (a copied file still doubles up quickly)
-            self.n_draft = min(best, 2 * (n_accepted + 1))
+            self.n_draft = min(best, max(self.n_draft, 2 * (n_accepted + 1)))
 
     def observe_shadow(self, acceptance: float | None, draft_s: float) -> None:
         """The outcome of a shadow check: the probability that the guessed token would have
@@ -160,17 +162,16 @@ class AdaptiveController:
             return
         self.shadow_checks += 1
         self._record_draft_cost(1, draft_s)
-        self._accepted *= DECAY
-        self._tried *= DECAY
+        self._decay_evidence()
         self._tried[0] += 1
         self._accepted[0] += acceptance
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
         self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
         best = 0 if self.hopeless else self._best_length()
-        if best == 0 and self._streak >= SHADOW_STREAK and not self.hopeless:
+        if best == 0 and self._streak >= SHADOW_STREAK and self._pays_if_kept(self._resume):
             best = self._resume
         if best > 0:  # resume short: a guess is evidence about the next token only
-            self.paused, self.n_draft = False, min(best, self._resume)
+            self.paused, self.n_draft = False, min(best, self._resume_length())
         elif acceptance < STREAK_HIT:
             self._misses += 1
 
@@ -181,8 +182,7 @@ class AdaptiveController:
         self._streak = 0
 
     def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:
-        self._accepted *= DECAY
-        self._tried *= DECAY
+        self._decay_evidence()
         # a_i is conditional: position i is only "tried" when every earlier one was accepted.
         self._tried[: min(n_accepted + 1, n_drafted)] += 1
         self._accepted[:n_accepted] += 1
@@ -200,13 +200,17 @@ class AdaptiveController:
         similar from one position to the next), so a draft length that keeps being fully
         accepted is extended without waiting for evidence that could never come."""
         estimates = np.empty(self.n_max + 1)
-        prior = PRIOR_ACCEPT / PRIOR_TRIES
+        prior, weight = PRIOR_ACCEPT / PRIOR_TRIES, self._prior_tries
         for i in range(self.n_max + 1):
-            estimates[i] = (self._accepted[i] + PRIOR_TRIES * prior) / (
-                self._tried[i] + PRIOR_TRIES
-            )
+            estimates[i] = (self._accepted[i] + weight * prior) / (self._tried[i] + weight)
             prior = estimates[i]
         return estimates
+
+    def _decay_evidence(self) -> None:
+        """Before a new observation: older evidence, and the prior, weigh less."""
+        self._accepted *= DECAY
+        self._tried *= DECAY
+        self._prior_tries = max(self._prior_tries * DECAY, MIN_PRIOR_TRIES)
 
     def _speeds(self, acceptance: np.ndarray) -> np.ndarray:
         """Expected tokens per second for each draft length k = 0..n_max."""
@@ -214,6 +218,20 @@ class AdaptiveController:
         k = np.arange(self.n_max + 1)
         expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(acceptance[: self.n_max]))])
         return expected / (self.cost(k + 1) + self._draft_per_token * k)
+
+    def _resume_length(self) -> int:
+        """RESUME_LENGTH, or the shortest draft that would pay if kept whole when that is
+        longer (a neural drafter on a small CPU: four tokens lose even when all accepted)."""
+        speed = self._speeds(np.ones(self.n_max + 1))
+        paying = np.flatnonzero(speed[1:] > speed[0] * (1 + MARGIN)) + 1
+        shortest = int(paying[0]) if paying.size else self.n_max
+        return max(self._resume, shortest)
+
+    def _pays_if_kept(self, k: int) -> bool:
+        """Whether a k-token draft accepted in full would beat plain decoding (on a small CPU
+        a short neural draft loses even then: only the estimates can justify a long one)."""
+        speed = self._speeds(np.ones(self.n_max + 1))
+        return bool(speed[k] > speed[0] * (1 + MARGIN))
 
     def _perfect_speedup(self) -> float:
         """The best speedup over plain decoding if every drafted token were accepted."""

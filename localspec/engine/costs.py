@@ -15,7 +15,10 @@ import numpy as np
 
 from localspec.engine.backend import Backend
 
-CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 48, 64)
+# Every small size, and both sides of each multiple of 4: on a CPU the cost is a staircase
+# (measured on 2 cores: 4 tokens 49 ms, 5 tokens 68 ms), which interpolating between powers
+# of two misses exactly where short drafts are decided.
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64)
 RATIO_DECAY = 0.9
 
 
