@@ -101,15 +101,14 @@ def test_a_cheap_drafter_resumes_on_a_streak_of_right_guesses(
     assert lengths[: SHADOW_STREAK + 1] == [-1] * SHADOW_STREAK + [4]
 
 
-def test_an_expensive_drafter_that_copies_waits_for_the_estimates() -> None:
-    # at 0.4 of a step per drafted token a 4-token draft loses even if kept whole on this
-    # CPU: no streak resume; the opening's checks, then spaced ones, build the evidence
-    # until the estimates justify the shortest draft that can pay
+def test_a_marginal_drafter_keeps_checking_but_does_not_draft() -> None:
+    # 0.4 of a step per drafted token on this CPU curve: a 4-token draft loses even when
+    # kept whole (no streak resume) and a perfect 16-token one gains ~20%, less than noisy
+    # estimates can vouch for; after the opening it keeps checking within the budget
     ctl = controller(16, SMALL_CPU)
     lengths = drive(ctl, SMALL_CPU, lambda k: k, 200, draft_per_token=0.4 * STEP)
-    first = next(i for i, k in enumerate(lengths) if k > 0)
-    assert lengths[:5] == [-1] * 5 and set(lengths[:first]) <= {-1, 0}
-    assert lengths[first] == ctl._resume_length() > 4 and not ctl.paused
+    assert lengths[:5] == [-1] * 5 and max(lengths) <= 0
+    assert 5 + 195 / 18 - 2 <= lengths.count(-1) <= 5 + 195 / 18 + 2
 
 
 def test_a_draft_that_must_catch_up_checks_only_in_the_answer_opening() -> None:
@@ -142,10 +141,17 @@ def test_a_rejected_draft_does_not_end_the_opening() -> None:
     # still in step, it keeps checking and drafts again
     ctl = controller(16, SMALL_CPU)
     ctl.note_catch_up(0.1 * STEP)
-    outcomes = iter([1, 0] + [1] * 300)
-    lengths = drive(ctl, SMALL_CPU, lambda k: next(outcomes) * k, 60, 0.1 * STEP)
-    assert lengths[0] == -1 and lengths[1] > 0  # a right guess, then the rejected draft
-    assert lengths[2] == -1 and max(lengths) == 16 and not ctl.paused
+    drafts = []
+
+    def accept(k: int) -> int:
+        if k == 1:  # a check: always right
+            return 1
+        drafts.append(k)
+        return 0 if len(drafts) == 1 else k
+
+    lengths = drive(ctl, SMALL_CPU, accept, 60, 0.1 * STEP)
+    first = next(i for i, k in enumerate(lengths) if k > 0)
+    assert lengths[first + 1] == -1 and max(lengths) == 16 and not ctl.paused
 
 
 class StubDrafter:

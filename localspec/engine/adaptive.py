@@ -48,6 +48,9 @@ STREAK_HIT = 0.9  # a guess counts in the streak when accepted with at least thi
 OPENING_MISSES = 2  # an answer's opening checks (every step) end after this many misses
 OPENING_CHECKS = 5  # or after this many checks (a neural guess costs a draft step)
 MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be chosen
+# ... and to resume after a pause (hysteresis): estimates from a few guesses are noisy, and
+# resuming whenever they overshoot makes speculation flap, losing a round each time
+RESUME_MARGIN = 0.15
 CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about one token
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
@@ -167,7 +170,7 @@ class AdaptiveController:
         self._accepted[0] += acceptance
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
         self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
-        best = 0 if self.hopeless else self._best_length()
+        best = 0 if self.hopeless else self._best_length(RESUME_MARGIN)
         if best == 0 and self._streak >= SHADOW_STREAK and self._pays_if_kept(self._resume):
             best = self._resume
         if best > 0:  # resume short: a guess is evidence about the next token only
@@ -238,9 +241,9 @@ class AdaptiveController:
         speed = self._speeds(np.ones(self.n_max + 1))
         return float(speed[max(self.n_min, 1) :].max() / speed[0])
 
-    def _best_length(self) -> int:
+    def _best_length(self, margin: float = MARGIN) -> int:
         speed = self._speeds(self.acceptance())
         lengths = np.arange(max(self.n_min, 1), self.n_max + 1)
         best = int(lengths[np.argmax(speed[lengths])]) if lengths.size else 0
         # a margin: at break-even the estimates' noise makes drafting lose on average
-        return best if speed[best] > speed[0] * (1 + MARGIN) else 0
+        return best if speed[best] > speed[0] * (1 + margin) else 0
