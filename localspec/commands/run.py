@@ -45,8 +45,6 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
     """The speculation settings of the flags for ``mode``. Without --spec-draft-n-max, a mode
     that starts with the n-gram lookup drafts up to its size-m (48), a neural one 16."""
-    from localspec.engine.loop import SpecConfig
-
     n_max = args.spec_draft_n_max
     if n_max is None:
         n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16

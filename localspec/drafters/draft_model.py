@@ -16,7 +16,7 @@ import numpy as np
 
 from localspec.drafters.base import Draft
 from localspec.engine.backend import Backend, common_prefix_length
-from localspec.engine.verify import SamplingParams, probabilities, sample
+from localspec.engine.verify import SamplingParams, sample_row
 
 MIN_CATCH_UP_SAMPLE = 16
 
@@ -107,5 +107,5 @@ def choose_draft_token(
         if p_min > 0.0:
             top = float(1.0 / np.exp(row.astype(np.float64) - row[token]).sum())
         return token, None, top
-    q = probabilities(row, sampling)
-    return sample(q, rng), q, float(q.max())
+    token, q = sample_row(row, sampling, rng)
+    return token, q, float(q.max())

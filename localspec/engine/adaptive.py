@@ -148,7 +148,7 @@ class AdaptiveController:
             return
         best = self._best_length()
         if best == 0:
-            self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
+            self.hopeless = self._is_hopeless(self._perfect_gains())
             self._misses += n_accepted < n_drafted  # a draft kept whole is no miss
             self._pause()
         else:
@@ -169,12 +169,13 @@ class AdaptiveController:
         self._tried[0] += 1
         self._accepted[0] += acceptance
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
-        self.hopeless = self._perfect_speedup() < HOPELESS_BELOW
+        gains = self._perfect_gains()  # what drafts kept whole would give: computed once
+        self.hopeless = self._is_hopeless(gains)
         best = 0 if self.hopeless else self._best_length(RESUME_MARGIN)
-        if best == 0 and self._streak >= SHADOW_STREAK and self._pays_if_kept(self._resume):
-            best = self._resume
+        if best == 0 and self._streak >= SHADOW_STREAK and gains[self._resume] > 1 + MARGIN:
+            best = self._resume  # a short draft kept whole would pay
         if best > 0:  # resume short: a guess is evidence about the next token only
-            self.paused, self.n_draft = False, min(best, self._resume_length())
+            self.paused, self.n_draft = False, min(best, self._resume_length(gains))
         elif acceptance < STREAK_HIT:
             self._misses += 1
 
@@ -222,24 +223,23 @@ class AdaptiveController:
         expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(acceptance[: self.n_max]))])
         return expected / (self.cost(k + 1) + self._draft_per_token * k)
 
-    def _resume_length(self) -> int:
+    def _perfect_gains(self) -> np.ndarray:
+        """Speedup over plain decoding of each draft length k = 0..n_max if kept whole (on a
+        small CPU a short neural draft loses even then: only the estimates can justify a
+        long one)."""
+        speed = self._speeds(np.ones(self.n_max + 1))
+        return speed / speed[0]
+
+    def _is_hopeless(self, gains: np.ndarray) -> bool:
+        """Even drafts accepted in full could not beat plain decoding by HOPELESS_BELOW."""
+        return float(gains[max(self.n_min, 1) :].max()) < HOPELESS_BELOW
+
+    def _resume_length(self, gains: np.ndarray) -> int:
         """RESUME_LENGTH, or the shortest draft that would pay if kept whole when that is
         longer (a neural drafter on a small CPU: four tokens lose even when all accepted)."""
-        speed = self._speeds(np.ones(self.n_max + 1))
-        paying = np.flatnonzero(speed[1:] > speed[0] * (1 + MARGIN)) + 1
+        paying = np.flatnonzero(gains[1:] > 1 + MARGIN) + 1
         shortest = int(paying[0]) if paying.size else self.n_max
         return max(self._resume, shortest)
-
-    def _pays_if_kept(self, k: int) -> bool:
-        """Whether a k-token draft accepted in full would beat plain decoding (on a small CPU
-        a short neural draft loses even then: only the estimates can justify a long one)."""
-        speed = self._speeds(np.ones(self.n_max + 1))
-        return bool(speed[k] > speed[0] * (1 + MARGIN))
-
-    def _perfect_speedup(self) -> float:
-        """The best speedup over plain decoding if every drafted token were accepted."""
-        speed = self._speeds(np.ones(self.n_max + 1))
-        return float(speed[max(self.n_min, 1) :].max() / speed[0])
 
     def _best_length(self, margin: float = MARGIN) -> int:
         speed = self._speeds(self.acceptance())

@@ -25,8 +25,7 @@ from localspec.engine.verify import (
     SamplingParams,
     accept_greedy,
     accept_sampling,
-    probabilities,
-    sample,
+    sample_row,
 )
 from localspec.errors import LocalspecError
 
@@ -156,7 +155,7 @@ class SpeculativeLoop:
     def _choose(self, row: np.ndarray) -> int:
         if self.sampling.greedy:
             return int(row.argmax())
-        return sample(probabilities(row, self.sampling), self.rng)
+        return sample_row(row, self.sampling, self.rng)[0]
 
     def steps(self) -> Iterator[StepEvent]:
         row = self.target.evaluate(self.prompt)
@@ -220,8 +219,7 @@ class SpeculativeLoop:
         if self.sampling.greedy:
             n_acc, chosen = accept_greedy(draft.tokens, rows)
         elif not draft.tokens:
-            n_acc, p_plain = 0, probabilities(rows[0], self.sampling)
-            chosen = sample(p_plain, self.rng)  # what accept_sampling does with no draft
+            n_acc, (chosen, p_plain) = 0, sample_row(rows[0], self.sampling, self.rng)
         else:
             n_acc, chosen = accept_sampling(
                 draft.tokens, draft.probs, rows, self.sampling, self.rng

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+TOP_K_WINDOWS = (8.0, 16.0, 32.0)  # logit windows under the maximum that top-k partitions
+TOP_P_THRESHOLDS = (1e-4, 1e-6, 1e-8, 0.0)  # candidate sets {p >= tau} that top-p sorts
+SAMPLE_BLOCK = 2048  # the inverse CDF is found block by block (see ``sample``)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -76,9 +80,6 @@ def _top_k(logits: np.ndarray, k: int) -> np.ndarray:
     return candidates[logits[candidates] >= kth]
 
 
-TOP_K_WINDOWS = (8.0, 16.0, 32.0)
-
-
 def _softmax(scaled: np.ndarray, inv_t: float) -> np.ndarray:
     """softmax(x / T), computed in place in ``scaled`` (float64)."""
     scaled *= inv_t
@@ -106,27 +107,19 @@ def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
     return kept
 
 
-TOP_P_THRESHOLDS = (1e-4, 1e-6, 1e-8, 0.0)
-
-
-SAMPLE_BLOCK = 2048  # the inverse CDF is found block by block (see ``sample``)
-
-
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one token id by inverse CDF; never an id >= size or of probability 0.
 
     A cumulative sum over 150k ids is a sequential 0.5 ms loop: the block holding the draw is
     found from the blocks' sums, then the id inside that block only."""
     starts = np.arange(0, probs.size, SAMPLE_BLOCK)
-    cumulative = np.cumsum(np.add.reduceat(probs, starts))
-    u = rng.random() * cumulative[-1]
-    block = min(int(np.searchsorted(cumulative, u, side="right")), starts.size - 1)
-    while cumulative[block] <= (cumulative[block - 1] if block else 0.0):
+    edges = np.concatenate(([0.0], np.cumsum(np.add.reduceat(probs, starts))))
+    u = rng.random() * edges[-1]
+    block = min(int(np.searchsorted(edges, u, side="right")) - 1, starts.size - 1)
+    while edges[block + 1] <= edges[block]:
         block -= 1  # rounding landed u on an empty block: its left neighbour holds mass
     chunk = probs[starts[block] : starts[block] + SAMPLE_BLOCK]
-    inside = np.cumsum(chunk)
-    u -= cumulative[block - 1] if block else 0.0
-    index = int(np.searchsorted(inside, u, side="right"))
+    index = int(np.searchsorted(np.cumsum(chunk), u - edges[block], side="right"))
     if index >= chunk.size or chunk[index] <= 0.0:  # rounding at the block's end
         index = int(np.flatnonzero(chunk > 0.0)[-1])
     return int(starts[block]) + index
@@ -161,8 +154,16 @@ def accept_sampling(
         if q_x > 0.0 and rng.random() * q_x < p[token]:  # accept with prob min(1, p/q)
             continue
         return i, sample(residual(p, q, token), rng)
-    bonus = probabilities(target_rows[len(draft)], params)
-    return len(draft), sample(bonus, rng)
+    return len(draft), sample_row(target_rows[len(draft)], params, rng)[0]
+
+
+def sample_row(
+    row: np.ndarray, params: SamplingParams, rng: np.random.Generator
+) -> tuple[int, np.ndarray]:
+    """Sample the target's token from one logits row; also return the processed distribution
+    it was drawn from (the loop scores a shadow guess against it)."""
+    p = probabilities(row, params)
+    return sample(p, rng), p
 
 
 def residual(p: np.ndarray, q: np.ndarray | None, rejected: int) -> np.ndarray:
