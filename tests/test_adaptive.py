@@ -31,15 +31,24 @@ def drive(
     rounds: int = 60,
     draft_per_token: float = 0.0,
 ) -> list[int]:
-    """Run ``rounds`` rounds as the loop does; a shadow round is recorded as -1."""
+    """Run ``rounds`` rounds as the loop does; a plain round with a shadow check is recorded
+    as -1. ``accept(k)``: how many of k drafted (or guessed) tokens the target agrees with."""
     lengths = []
+    shadow: tuple[int, int, int] | None = None  # tokens guessed, agreed, position checked
     for _ in range(rounds):
         k = ctl.next_draft_length()
-        if k == 0 and ctl.wants_shadow():
-            ctl.observe(0, 0, draft_per_token, float(cost(np.array([1]))[0]))
-            ctl.observe_shadow(float(accept(1)), draft_per_token)
+        if k == 0 and shadow is None and (n := ctl.shadow_length()):
+            shadow = (n, accept(n), 0)
+        if k == 0 and shadow is not None:
+            n, agreed, position = shadow
+            draft_s = draft_per_token * n if position == 0 else 0.0
+            ctl.observe(0, 0, draft_s, float(cost(np.array([1]))[0]))
+            follow = position < agreed and position + 1 < n
+            ctl.observe_shadow(float(position < agreed), draft_s, position, not follow, n)
+            shadow = (n, agreed, position + 1) if follow and ctl.paused else None
             lengths.append(-1)
             continue
+        shadow = None
         ctl.observe(k, accept(k), draft_per_token * k, float(cost(np.array([k + 1]))[0]))
         lengths.append(k)
     return lengths
@@ -50,6 +59,33 @@ def test_a_lookup_that_never_matches_costs_no_verification() -> None:
     lengths = drive(ctl, SMALL_CPU, lambda k: 0, 200)
     assert ctl.paused and max(lengths) <= 0  # only plain rounds, each with a free check
     assert lengths.count(-1) == 200 and ctl.shadow_checks == 200
+
+
+def test_a_lookup_right_only_on_its_first_token_is_never_verified() -> None:
+    # prose at T > 0: the token after a matched n-gram is often right, the rest seldom is.
+    # Shadow rounds follow the whole guess, so the controller sees position 2 fail before it
+    # risks a verify batch (with first-token checks only it resumed after every streak).
+    # The first check guesses one token (the guess's cost is not known yet), and the
+    # estimates' optimistic prior may resume once then.
+    ctl = controller(16, SMALL_CPU)
+    lengths = drive(ctl, SMALL_CPU, lambda k: min(k, 1), 200)
+    assert sum(k > 0 for k in lengths) <= 1 and ctl.paused
+    assert ctl.acceptance()[1] < 0.2 < 0.8 < ctl.acceptance()[0]
+
+
+def test_guesses_grow_to_a_whole_draft_only_when_they_cost_next_to_nothing() -> None:
+    guessed: list[int] = []
+
+    def accept(k: int) -> int:
+        if k:  # a guess (nothing is drafted here: every guess is wrong)
+            guessed.append(k)
+        return 0
+
+    drive(controller(16, SMALL_CPU), SMALL_CPU, accept, 10, draft_per_token=0.0)
+    assert guessed == [1, 2, 4, 8, 16, 16, 16, 16, 16, 16]  # a lookup: doubling, up to n_max
+    guessed.clear()
+    drive(controller(16, SMALL_CPU), SMALL_CPU, accept, 100, draft_per_token=0.4 * STEP)
+    assert guessed and set(guessed) == {1}  # a neural drafter: one token per check
 
 
 def test_full_acceptance_drafts_long_on_cpu() -> None:
@@ -78,7 +114,7 @@ def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
 def test_disabled_controller_always_drafts_n_max() -> None:
     ctl = AdaptiveController(8, CPU, enabled=False)
     drive(ctl, CPU, lambda k: 0)
-    assert ctl.next_draft_length() == 8 and not ctl.paused and not ctl.wants_shadow()
+    assert ctl.next_draft_length() == 8 and not ctl.paused and not ctl.shadow_length()
 
 
 def test_each_answer_learns_its_own_acceptance() -> None:
@@ -119,7 +155,7 @@ def test_a_draft_that_must_catch_up_checks_only_in_the_answer_opening() -> None:
     # the opening's checks (every step) end at the second miss; none after that
     assert ctl.paused and lengths[:3] == [-1, -1, 0] and max(lengths[2:]) == 0
     ctl.start()
-    assert ctl.wants_shadow()  # the next answer starts with a check again
+    assert ctl.shadow_length()  # the next answer starts with a check again
 
     fast = controller(16)
     fast.note_catch_up(0.001 * STEP)  # a GPU-like catch-up: checks continue, spaced
@@ -132,7 +168,7 @@ def test_hopeless_drafter_stops_checking() -> None:
     ctl = controller(4)
     lengths = drive(ctl, CPU, lambda k: k, 20, draft_per_token=2.0 * STEP)  # slower than a step
     assert lengths == [-1] + [0] * 19  # even right guesses cannot make drafting pay
-    assert ctl.hopeless and not ctl.wants_shadow() and ctl.next_draft_length() == 0
+    assert ctl.hopeless and not ctl.shadow_length() and ctl.next_draft_length() == 0
 
 
 def test_a_rejected_draft_does_not_end_the_opening() -> None:
@@ -178,8 +214,8 @@ def test_a_chain_checks_each_paused_drafter_and_credits_the_guesser() -> None:
     control = ChainController(chain, parts)
     for _ in range(200):
         assert control.next_draft_length() == 0  # both paused: nothing verified
-        if control.wants_shadow():
-            guess = chain.propose([1, 2, 3], 1)
+        if n := control.shadow_length():
+            guess = chain.propose([1, 2, 3], n)
             control.observe(0, 0, 0.4 * STEP, STEP)
             control.observe_shadow(0.0 if guess.tokens else None, 0.4 * STEP)
         else:

@@ -3,11 +3,16 @@ limits, a full context, cancellation."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from localspec import Engine, LocalspecError, SpecConfig
+from localspec.drafters.base import Draft
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.loop import SpeculativeLoop
+from localspec.engine.verify import SamplingParams
 from localspec.prompts import builtin_prompts
 
 CODE_EDIT = builtin_prompts()[0].text
@@ -96,3 +101,78 @@ def test_chat_messages_and_utf8(qwen: Engine) -> None:
         [{"role": "user", "content": "Écris « bonjour » en français."}], max_tokens=16
     )
     assert "\ufffd" not in r.text and r.text.strip()
+
+
+class CheckingControl:
+    """A controller that never drafts and asks for 8-token shadow guesses (the adaptive
+    controller's decisions are tested in test_adaptive.py; this checks the loop's part)."""
+
+    n_draft, paused, pauses, shadow_checks = 0, True, 0, 0
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float | None, int, bool, int]] = []
+
+    def start(self) -> None: ...
+    def note_catch_up(self, seconds_per_token: float | None) -> None: ...
+    def next_draft_length(self) -> int:
+        return 0
+
+    def shadow_length(self) -> int:
+        return 8
+
+    def observe_shadow(
+        self,
+        acceptance: float | None,
+        draft_s: float,
+        position: int = 0,
+        last: bool = True,
+        n_guessed: int = 1,
+    ) -> None:
+        self.calls.append((acceptance, position, last, n_guessed))
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+        assert n_drafted == 0
+
+
+class RecordingLookup(NgramDrafter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.guesses: dict[int, list[int]] = {}  # context length -> guess
+
+    def propose(self, context: Sequence[int], n_max: int) -> Draft:
+        draft = super().propose(context, n_max)
+        self.guesses[len(context)] = draft.tokens
+        return draft
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
+    qwen: Engine, temperature: float
+) -> None:
+    # While paused, a lookup guesses a whole continuation and the loop checks one position
+    # per plain step, as verification would have: the round goes on while the target's
+    # token is the guessed one and ends at the first other token (or when used up); each
+    # check is scored by the chance verification would accept it (greedy: 1 or 0).
+    french = next(p for p in builtin_prompts() if p.kind == "french").text
+    prompt = qwen.tokenize_prompt(french, chat=True, system=None)
+    control, lookup = CheckingControl(), RecordingLookup()
+    sampling = SamplingParams(temperature=temperature, seed=1)
+    loop = SpeculativeLoop(qwen.target, prompt, lookup, sampling, SpecConfig(), 96, control=control)
+    emitted = [token for event in loop.steps() for token in event.tokens]
+    answer = [*prompt, *emitted]
+    rounds = 0
+    for (acceptance, position, last, n_guessed), at in zip(
+        control.calls, range(len(prompt) + 1, len(answer)), strict=False
+    ):
+        start = at - position  # where the round's guess was made
+        guess = lookup.guesses[start]
+        if acceptance is None:
+            assert not guess
+            continue
+        rounds += position == 0
+        agreed = answer[at] == guess[position]
+        assert n_guessed == len(guess) and last == (not agreed or position + 1 == n_guessed)
+        assert 0.0 <= acceptance <= 1.0
+        if temperature == 0.0:
+            assert acceptance == float(agreed)
+    assert rounds > 3 and any(position > 0 for _, position, *_ in control.calls)

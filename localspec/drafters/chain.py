@@ -61,6 +61,7 @@ class ChainController:
     def __init__(self, chain: ChainedDrafter, parts: Sequence[AdaptiveController]) -> None:
         self.chain = chain
         self.parts = list(parts)
+        self._shadow_source: int | None = None  # the drafter whose shadow round is followed
         self.start()
 
     def start(self) -> None:
@@ -76,18 +77,32 @@ class ChainController:
         self.chain.limits = [part.next_draft_length() for part in self.parts]
         return max(self.chain.limits)
 
-    def wants_shadow(self) -> bool:
-        """Shadow checks go to the drafters whose controllers want one (limit 1 each): the
-        first of them with a guess makes it, as for a real draft."""
-        wants = [part.wants_shadow() for part in self.parts]
-        self.chain.limits = [int(w) for w in wants]
-        return any(wants)
+    def shadow_length(self) -> int:
+        """Shadow checks go to the drafters whose controllers want one (each with its own
+        guess length): the first of them with a guess makes it, as for a real draft."""
+        self.chain.limits = [part.shadow_length() for part in self.parts]
+        return max(self.chain.limits)
 
-    def observe_shadow(self, acceptance: float | None, draft_s: float) -> None:
-        source = self.chain.last_source
+    def observe_shadow(
+        self,
+        acceptance: float | None,
+        draft_s: float,
+        position: int = 0,
+        last: bool = True,
+        n_guessed: int = 1,
+    ) -> None:
+        """Position 0 goes to the drafter that guessed (the others asked are told they had
+        no guess); the rest of its shadow round goes to it too."""
+        if position > 0:
+            if self._shadow_source is not None:
+                self.parts[self._shadow_source].observe_shadow(
+                    acceptance, draft_s, position, last, n_guessed
+                )
+            return
+        self._shadow_source = source = self.chain.last_source
         for i, (part, limit) in enumerate(zip(self.parts, self.chain.limits, strict=True)):
             if i == source:
-                part.observe_shadow(acceptance, draft_s)
+                part.observe_shadow(acceptance, draft_s, 0, last, n_guessed)
             elif limit:  # asked, but had no guess
                 part.observe_shadow(None, 0.0)
 

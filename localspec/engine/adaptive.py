@@ -16,14 +16,23 @@ drafter guesses the next token, the target decodes plainly as it would anyway, a
 is scored against the target's own choice (greedy: equal or not; sampling: the probability
 the guess would have been accepted, sum(min(p, q))). A probe costs a verify batch, which on
 a small CPU is more than two plain steps; a shadow check costs one drafted token (nothing for
-an n-gram lookup). Every answer opens with shadow checks, because acceptance depends on the
-prompt: a lookup checks every step; a neural drafter checks while its own cost stays within
-SHADOW_BUDGET of the time, or, when it would first have to catch its cache up with a paused
-stretch (a draft model on a CPU), only in the answer's opening, until its second miss (it is
-in step with the answer there: it has drafted or guessed at every step).
-Speculation resumes when the model predicts a gain, or after SHADOW_STREAK guesses in a row
-were right (text being copied, where the a_i are near 1 but the evidence is still thin) if
-a short draft kept whole would pay at all.
+an n-gram lookup). A drafter whose guesses cost next to nothing (a lookup) guesses a whole
+draft, and the loop follows it over the next plain steps while the target agrees, one
+position per step: a *shadow round*. For a one-hot draft this is verification simulated
+exactly (plain decoding takes guessed token i with probability p_i(x_i), the chance that
+verification accepts it; greedy: when it is the argmax), so every position's acceptance is
+learnt, not only the first one's, before a verify batch is risked (in prose at T > 0 a
+lookup's next token is often right and the ones after it seldom are).
+Every answer opens with shadow checks, because acceptance depends on the prompt: a lookup
+checks every step; a neural drafter checks while its own cost stays within SHADOW_BUDGET of
+the time, or, when it would first have to catch its cache up with a paused stretch (a draft
+model on a CPU), only in the answer's opening, until its second miss (it is in step with
+the answer there: it has drafted or guessed at every step).
+Speculation resumes when the model predicts a gain for a draft starting where the check
+stands (mid-round: that deep into the guessed continuation, judged by the acceptance
+measured at that depth), or after SHADOW_STREAK right guesses in a row (text being copied,
+where the a_i are near 1 but the evidence is still thin) if a short draft kept whole would
+pay at all.
 When even a fully accepted draft could not beat plain decoding (the drafter costs too much
 on this machine), the controller stops drafting and checking for the rest of the answer.
 The Engine keeps one controller per mode across generations: measured costs carry over.
@@ -74,6 +83,7 @@ class AdaptiveController:
         self._draft_per_token = 0.0
         self._catch_up: float | None = None
         self._draft_seen = False
+        self._guess_length = 1  # tokens per shadow guess (see shadow_length)
         self._resume = min(RESUME_LENGTH, n_max)
         self.n_draft = self._resume
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
@@ -117,7 +127,13 @@ class AdaptiveController:
             return self.n_max
         return 0 if self.paused or self.hopeless else self.n_draft
 
-    def wants_shadow(self) -> bool:
+    def shadow_length(self) -> int:
+        """How many tokens this plain round's shadow check guesses (0: no check): one, or
+        up to a whole draft when guessing costs next to nothing (a lookup). The length
+        doubles while a guess costs under SHADOW_BUDGET of a step, and halves when not."""
+        return self._guess_length if self._wants_shadow() else 0
+
+    def _wants_shadow(self) -> bool:
         """Whether this plain round should carry a shadow check (see the module docstring)."""
         if not (self.enabled and self.paused) or self.hopeless:
             return False
@@ -157,27 +173,51 @@ class AdaptiveController:
             # tokens seldom matches fifteen (a copied file still doubles up quickly)
             self.n_draft = min(best, max(self.n_draft, 2 * (n_accepted + 1)))
 
-    def observe_shadow(self, acceptance: float | None, draft_s: float) -> None:
-        """The outcome of a shadow check: the probability that the guessed token would have
-        been accepted (None: the drafter had no guess), and the time the guess took."""
+    def observe_shadow(
+        self,
+        acceptance: float | None,
+        draft_s: float,
+        position: int = 0,
+        last: bool = True,
+        n_guessed: int = 1,
+    ) -> None:
+        """The outcome of a shadow check at ``position`` of a shadow round: the probability
+        that the guessed token would have been accepted (None: the drafter had no guess).
+        Position 0 opens the round: ``draft_s`` is the time the ``n_guessed`` tokens took.
+        ``last``: the round ends here (the target chose another token, or the guess is used
+        up); otherwise a resumed draft would start ``position + 1`` tokens into the guess."""
         self._since_shadow = 0
         if acceptance is None:
             return
-        self.shadow_checks += 1
-        self._record_draft_cost(1, draft_s)
-        self._decay_evidence()
-        self._tried[0] += 1
-        self._accepted[0] += acceptance
+        if position == 0:
+            self.shadow_checks += 1
+            self._record_draft_cost(n_guessed, draft_s)
+            self._decay_evidence()
+            self._size_guesses(n_guessed, draft_s)
+        self._tried[position] += 1
+        self._accepted[position] += acceptance
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
         gains = self._perfect_gains()  # what drafts kept whole would give: computed once
         self.hopeless = self._is_hopeless(gains)
-        best = 0 if self.hopeless else self._best_length(RESUME_MARGIN)
-        if best == 0 and self._streak >= SHADOW_STREAK and gains[self._resume] > 1 + MARGIN:
+        # mid-round, a draft would start deeper in the guessed continuation: it is judged
+        # by the acceptance there (which copies reach far, which prose breaks off early)
+        depth = 0 if last else position + 1
+        best = 0 if self.hopeless else self._best_length(RESUME_MARGIN, depth)
+        streak = self._streak >= SHADOW_STREAK
+        if best == 0 and streak and gains[self._resume] > 1 + MARGIN:
             best = self._resume  # a short draft kept whole would pay
-        if best > 0:  # resume short: a guess is evidence about the next token only
+        if best > 0:  # resume short, and let the verified rounds grow the draft
             self.paused, self.n_draft = False, min(best, self._resume_length(gains))
         elif acceptance < STREAK_HIT:
             self._misses += 1
+
+    def _size_guesses(self, n_guessed: int, draft_s: float) -> None:
+        if self.cost is None:
+            return
+        if draft_s < SHADOW_BUDGET * float(self.cost(np.array([1]))[0]):
+            self._guess_length = min(2 * n_guessed, self.n_max)
+        else:
+            self._guess_length = max(n_guessed // 2, 1)
 
     def _pause(self) -> None:
         self.pauses += 1
@@ -241,8 +281,12 @@ class AdaptiveController:
         shortest = int(paying[0]) if paying.size else self.n_max
         return max(self._resume, shortest)
 
-    def _best_length(self, margin: float = MARGIN) -> int:
-        speed = self._speeds(self.acceptance())
+    def _best_length(self, margin: float = MARGIN, depth: int = 0) -> int:
+        """The draft length with the best predicted speed (0: plain decoding), for a draft
+        that starts ``depth`` tokens into a guessed continuation."""
+        acceptance = self.acceptance()
+        acceptance = np.concatenate([acceptance[depth:], np.full(depth, acceptance[-1])])
+        speed = self._speeds(acceptance)
         lengths = np.arange(max(self.n_min, 1), self.n_max + 1)
         best = int(lengths[np.argmax(speed[lengths])]) if lengths.size else 0
         # a margin: at break-even the estimates' noise makes drafting lose on average

@@ -64,8 +64,15 @@ class DraftControl(Protocol):
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
     def next_draft_length(self) -> int: ...
-    def wants_shadow(self) -> bool: ...
-    def observe_shadow(self, acceptance: float | None, draft_s: float) -> None: ...
+    def shadow_length(self) -> int: ...
+    def observe_shadow(
+        self,
+        acceptance: float | None,
+        draft_s: float,
+        position: int = 0,
+        last: bool = True,
+        n_guessed: int = 1,
+    ) -> None: ...
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
 
 
@@ -131,6 +138,9 @@ class SpeculativeLoop:
             spec.n_max, None, spec.n_min, False
         )
         self.control.start()
+        # the shadow round being followed (see adaptive.py): the guess, and the position
+        # this plain round checks
+        self._shadow: tuple[Draft, int] | None = None
         self.recorder = StatsRecorder(n_prompt=len(prompt))
 
     def _snapshot(self) -> Stats:
@@ -188,30 +198,64 @@ class SpeculativeLoop:
         return max(0, min(k, room))
 
     @staticmethod
-    def _guess_acceptance(guess: Draft, p: np.ndarray | None, chosen: int) -> float:
+    def _guess_acceptance(guess: Draft, position: int, p: np.ndarray | None, chosen: int) -> float:
         """The probability that a shadow guess would have been accepted had it been drafted:
         greedy (``p`` None), whether it is the target's choice; sampling, sum(min(p, q))
         (p(x) for a guess without probabilities): what rejection sampling accepts on
         average, a steadier signal than one accept/reject draw."""
+        token = guess.tokens[position]
         if p is None:
-            return float(guess.tokens[0] == chosen)
+            return float(token == chosen)
         if guess.probs is None:
-            return float(p[guess.tokens[0]])
-        return float(np.minimum(p, guess.probs[0]).sum())
+            return float(p[token])
+        return float(np.minimum(p, guess.probs[position]).sum())
+
+    def _shadow_check(self, context: Sequence[int]) -> tuple[Draft, int] | None:
+        """What this plain round checks: the next position of the shadow round being
+        followed, or a new guess when the controller asks for one. Only one-hot guesses are
+        followed past their first token: plain sampling then takes the guessed path exactly
+        as often as verification would accept it."""
+        if self._shadow is not None and self.control.paused:
+            return self._shadow
+        n = self.control.shadow_length()
+        if n == 0 or self.drafter is None:
+            return None
+        guess = self.drafter.propose(context, n)
+        if guess.probs is not None:
+            guess = guess.truncated(1)
+        return guess, 0
+
+    def _score_shadow(
+        self, shadow: tuple[Draft, int], p: np.ndarray | None, chosen: int, draft_s: float
+    ) -> None:
+        """Tell the controller how the checked position fared; follow the round further
+        while the target chose the guessed token."""
+        guess, position = shadow
+        self._shadow = None
+        if not guess.tokens:
+            self.control.observe_shadow(None, draft_s)
+            return
+        chance = self._guess_acceptance(guess, position, p, chosen)
+        follow = guess.tokens[position] == chosen and position + 1 < len(guess)
+        self.control.observe_shadow(chance, draft_s, position, not follow, len(guess))
+        if follow:
+            self._shadow = (guess, position + 1)
 
     def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:
         t0 = time.perf_counter()
         k = self._draft_length()
-        draft, guess = Draft(), None
+        draft, shadow = Draft(), None
         if k > 0 and self.drafter:
             draft = self.drafter.propose(context, k)
         if len(draft) > k:
             draft = draft.truncated(k)
         if len(draft) < self.spec.n_min:
             draft = Draft()
-        if not draft.tokens and self.drafter and self.control.wants_shadow():
-            # a paused drafter guesses the next token; the guess is scored, not verified
-            guess = self.drafter.propose(context, 1)
+        if draft.tokens:
+            self._shadow = None  # drafting again: the shadow round is over
+        elif self.drafter:
+            # a paused drafter guesses; the guess is scored, not verified
+            shadow = self._shadow_check(context)
         t1 = time.perf_counter()
         n_past = self.target.n_past
         rows = self.target.decode([last, *draft.tokens], all_logits=True)
@@ -231,9 +275,8 @@ class SpeculativeLoop:
         if self.drafter is not None:
             self.drafter.accepted(n_acc)
         self.control.observe(len(draft), n_acc, t1 - t0, t2 - t1)
-        if guess is not None:
-            chance = self._guess_acceptance(guess, p_plain, chosen) if guess.tokens else None
-            self.control.observe_shadow(chance, t1 - t0)
+        if shadow is not None:
+            self._score_shadow(shadow, p_plain, chosen, t1 - t0)
         self.recorder.draft_s += t1 - t0
         self.recorder.verify_s += t2 - t1
 
