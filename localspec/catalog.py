@@ -40,6 +40,9 @@ class Mirror:
 class Derivation:
     source: str  # catalog name of the model to requantize
     ftype: str  # one of DERIVABLE_FTYPES
+    # every tensor in ``ftype`` (no Q6_K output head, no fallbacks for odd shapes): Q4_0
+    # everywhere gets llama.cpp's repacked CPU kernels
+    pure: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,9 +239,17 @@ def _parse_derive(index: int, name: str, raw: Any, errors: _EntryErrors) -> Deri
         return None
     if not isinstance(raw, dict) or not isinstance(raw.get("from"), str):
         raise errors.error(index, name, "derive", "must be a table {from = NAME, ftype = TYPE}")
+    unknown = sorted(set(raw) - {"from", "ftype", "pure"})
+    if unknown:
+        raise errors.error(
+            index, name, f"derive.{unknown[0]}", "is not a field of derive (from, ftype, pure)"
+        )
+    pure = raw.get("pure", False)
+    if not isinstance(pure, bool):
+        raise errors.error(index, name, "derive.pure", "must be true or false")
     ftype = raw.get("ftype")
     if ftype not in DERIVABLE_FTYPES:
         raise errors.error(
             index, name, "derive.ftype", f"must be one of {', '.join(DERIVABLE_FTYPES)}"
         )
-    return Derivation(source=raw["from"], ftype=ftype)
+    return Derivation(source=raw["from"], ftype=ftype, pure=pure)

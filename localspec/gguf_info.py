@@ -196,7 +196,15 @@ class GGUFInfo:
     add_eos: bool | None
     has_chat_template: bool
     file_size: int
+    # (type name, elements) of the weight matrices, largest share first: what the CPU
+    # kernels will run (a "Q4_K_M" file can be mostly Q5_0)
+    matrix_types: tuple[tuple[str, int], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def matrix_share(self, types: set[str]) -> float:
+        """The share of the weight matrices' elements stored in one of ``types``."""
+        total = sum(n for _, n in self.matrix_types)
+        return sum(n for t, n in self.matrix_types if t in types) / total if total else 0.0
 
     @property
     def family(self) -> str:
@@ -254,4 +262,14 @@ def gguf_info(path: Path) -> GGUFInfo:
         add_eos=md.get("tokenizer.ggml.add_eos_token"),
         has_chat_template="tokenizer.chat_template" in md,
         file_size=path.stat().st_size,
+        matrix_types=_matrix_types(header.tensors),
     )
+
+
+def _matrix_types(tensors: list[TensorInfo]) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for t in tensors:
+        if len(t.shape) >= 2:
+            name = GGMLQuantizationType(t.type).name
+            counts[name] = counts.get(name, 0) + t.n_elements
+    return tuple(sorted(counts.items(), key=lambda item: -item[1]))

@@ -261,9 +261,11 @@ def _derived(entry: ModelEntry, catalog: Catalog) -> Path:
         return dest
     from localspec.engine.quantize import requantize
 
-    status(f"deriving '{entry.name}': requantizing {source.name} to {entry.derive.ftype} (once)")
+    derive = entry.derive
+    kind = f"pure {derive.ftype}" if derive.pure else derive.ftype
+    status(f"deriving '{entry.name}': requantizing {source.name} to {kind} (once)")
     with atomic_path(dest) as tmp:
-        requantize(source, tmp, entry.derive.ftype)
+        requantize(source, tmp, derive.ftype, pure=derive.pure)
     return dest
 
 

@@ -23,6 +23,11 @@ def qwen_f16_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen_q4_0_path() -> Path:
+    return resolve_model("qwen2.5-coder-0.5b-q4_0")
+
+
+@pytest.fixture(scope="session")
 def smollm_path() -> Path:
     return resolve_model("smollm2-135m")
 
@@ -49,4 +54,11 @@ def qwen_self_draft(qwen_path: Path) -> Iterator[Engine]:
 def qwen_pair(qwen_f16_path: Path, qwen_path: Path) -> Iterator[Engine]:
     """The draft-model pair of the issue: F16 target, Q4_K_M draft."""
     with Engine.load(qwen_f16_path, draft=qwen_path) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def qwen_cpu_pair(qwen_f16_path: Path, qwen_q4_0_path: Path) -> Iterator[Engine]:
+    """The F16 target with the pure-Q4_0 draft that llama.cpp runs with repacked kernels."""
+    with Engine.load(qwen_f16_path, draft=qwen_q4_0_path) as engine:
         yield engine

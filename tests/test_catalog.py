@@ -11,6 +11,9 @@ def test_builtin_catalog_has_the_required_models() -> None:
     for name in ("qwen2.5-coder-0.5b", "smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b-f16"):
         assert name in catalog.models
     assert catalog.models["qwen2.5-coder-0.5b-f16"].derive.ftype == "F16"
+    q4_0 = catalog.models["qwen2.5-coder-0.5b-q4_0"].derive
+    assert (q4_0.source, q4_0.ftype, q4_0.pure) == ("qwen2.5-coder-0.5b", "Q4_0", True)
+    assert any(p.draft == "qwen2.5-coder-0.5b-q4_0" for p in catalog.pairs)
     qwen = catalog.models["qwen2.5-coder-0.5b"]
     assert len(qwen.mirror.packages) == len(qwen.mirror.chunks) == 6
 
@@ -39,6 +42,14 @@ file = "a.gguf"
         (
             '[[model]]\nname = "b"\nderive = { from = "zzz", ftype = "F16" }\n',
             r"models.toml:8: model 'b': field 'derive.from' names unknown model 'zzz'",
+        ),
+        (
+            '[[model]]\nname = "b"\nderive = { from = "a", ftype = "Q4_0", pure = "yes" }\n',
+            r"models.toml:8: model 'b': field 'derive.pure' must be true or false",
+        ),
+        (
+            '[[model]]\nname = "b"\nderive = { from = "a", ftype = "Q4_0", fast = true }\n',
+            r"field 'derive.fast' is not a field of derive",
         ),
         (
             '[[model]]\nname = "b"\nrepo = "org/b"\n',

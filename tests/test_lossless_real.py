@@ -62,6 +62,10 @@ def test_draft_model_is_lossless(qwen_pair: Engine) -> None:
     check_mode(qwen_pair, "draft-model", SpecConfig(n_max=8, adaptive=False))
 
 
+def test_draft_model_with_the_derived_q4_0_draft_is_lossless(qwen_cpu_pair: Engine) -> None:
+    check_mode(qwen_cpu_pair, "draft-model", SpecConfig(n_max=8, adaptive=False))
+
+
 def test_target_as_its_own_draft_accepts_nearly_everything(qwen_self_draft: Engine) -> None:
     drafted = accepted = 0
     for case in PROMPTS[:4]:

@@ -9,7 +9,7 @@ import pytest
 
 from localspec.cli import main
 from localspec.gguf_info import gguf_info
-from localspec.pairing import check, draftless_modes
+from localspec.pairing import advice, check, draftless_modes
 from tests.vocab_gguf import write_vocab_gguf
 
 
@@ -39,10 +39,18 @@ def test_three_families_are_incompatible_with_the_failing_rule(
     assert not v.compatible
 
 
-def test_requantized_target_is_compatible(qwen_f16_path: Path, qwen_path: Path) -> None:
+def test_requantized_target_is_compatible(
+    qwen_f16_path: Path, qwen_path: Path, qwen_q4_0_path: Path
+) -> None:
     v = check(qwen_f16_path, qwen_path)
     assert v.compatible and v.reasons == []
-    assert v.size_ratio < 0.5 and not v.warnings  # same family, much smaller
+    assert v.size_ratio < 0.5  # same family, much smaller
+    # the "Q4_K_M" draft is 62% Q5_0, which x86 CPUs run without repacked kernels
+    assert gguf_info(qwen_path).matrix_types[0][0] == "Q5_0"
+    slow = [w for w in advice(v.target, v.draft, "x86_64") if "Q5_0" in w]
+    assert slow and "pure Q4_0" in slow[0] and not advice(v.target, v.draft, "aarch64")
+    v = check(qwen_f16_path, qwen_q4_0_path)
+    assert v.compatible and not v.warnings and v.draft.matrix_share({"Q4_0"}) == 1.0
 
 
 def test_reverse_direction_warns_that_the_draft_is_not_smaller(qwen_f16_path, qwen_path) -> None:  # type: ignore[no-untyped-def]

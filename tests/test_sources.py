@@ -111,3 +111,18 @@ def test_hugging_face_cache_is_used_offline(tmp_path: Path) -> None:
     done = resolve(tmp_path)
     assert "could not load" in done.stderr and str(snapshot / "tiny.gguf") in done.stderr
     assert not (tmp_path / "cache" / "models").exists()
+
+
+def test_a_pure_derivation_puts_every_matrix_in_the_asked_type(qwen_q4_0_path: Path) -> None:
+    # the catalog's CPU draft: every weight matrix in Q4_0 (llama.cpp's repacked kernels), not
+    # the Q6_K head and Q5_0/Q8_0 fallbacks a plain Q4_0 quantization keeps
+    from gguf import GGUFReader
+
+    from localspec.sources import resolve_model
+
+    matrices = [t for t in GGUFReader(qwen_q4_0_path).tensors if len(t.shape) >= 2]
+    assert matrices and {t.tensor_type.name for t in matrices} == {"Q4_0"}
+    assert qwen_q4_0_path.parent.name == "derived"
+    built = qwen_q4_0_path.stat().st_mtime_ns
+    assert resolve_model("qwen2.5-coder-0.5b-q4_0") == qwen_q4_0_path  # derived once
+    assert qwen_q4_0_path.stat().st_mtime_ns == built
