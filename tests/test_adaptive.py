@@ -96,6 +96,16 @@ def test_full_acceptance_drafts_long_on_cpu() -> None:
     assert first[0] <= 4 and first[1] <= 2 * (first[0] + 1)  # it resumes short, then doubles
 
 
+def test_a_drafter_that_pays_per_token_grows_its_drafts_gently() -> None:
+    # a neural draft's long drafts save little verification time and a rejected one costs
+    # all its steps: it grows by the resume length, a lookup doubles
+    free, paying = controller(48, GPU), controller(48, GPU)
+    free_drafts = [k for k in drive(free, GPU, lambda k: k, 12) if k > 0]
+    paying_drafts = [k for k in drive(paying, GPU, lambda k: k, 12, 0.05 * STEP) if k > 0]
+    assert free_drafts[:3] == [4, 10, 22]
+    assert paying_drafts[:3] == [4, 9, 14]
+
+
 def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
     rng = np.random.default_rng(0)
 

@@ -170,8 +170,14 @@ class AdaptiveController:
         else:
             # grow to at most about twice what was just accepted: deep positions borrow
             # their estimates from shallower ones, and in prose a lookup that matched a few
-            # tokens seldom matches fifteen (a copied file still doubles up quickly)
-            self.n_draft = min(best, max(self.n_draft, 2 * (n_accepted + 1)))
+            # tokens seldom matches fifteen (a copied file still doubles up quickly). A
+            # drafter that pays for each token grows by RESUME_LENGTH at most: its long
+            # drafts save little verification time, and a rejected one costs its steps.
+            if self._drafts_cost_nothing():
+                grown = 2 * (n_accepted + 1)
+            else:
+                grown = n_accepted + 1 + self._resume
+            self.n_draft = min(best, max(self.n_draft, grown))
 
     def observe_shadow(
         self,
@@ -210,6 +216,11 @@ class AdaptiveController:
             self.paused, self.n_draft = False, min(best, self._resume_length(gains))
         elif acceptance < STREAK_HIT:
             self._misses += 1
+
+    def _drafts_cost_nothing(self) -> bool:
+        """A drafted token costs under SHADOW_BUDGET of a step (a lookup)."""
+        step = float(self.cost(np.array([1]))[0]) if self.cost is not None else 0.0
+        return self._draft_per_token < SHADOW_BUDGET * step
 
     def _size_guesses(self, n_guessed: int, draft_s: float) -> None:
         if self.cost is None:
