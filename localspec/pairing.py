@@ -145,9 +145,8 @@ def _slow_cpu_draft(draft: GGUFInfo, machine: str) -> str | None:
         return None
     main, _ = draft.matrix_types[0]
     return (
-        f"most of the draft's weights are {main}, which llama.cpp's x86 CPU kernels do not "
-        "repack: on a CPU a pure Q4_0 requantization drafts faster (a catalog entry with "
-        'derive = { from = NAME, ftype = "Q4_0", pure = true }, as qwen2.5-coder-0.5b-q4_0)'
+        f"mostly {main}, which llama.cpp does not repack for x86 CPUs: a pure Q4_0 "
+        'requantization drafts faster (catalog derive = {..., ftype = "Q4_0", pure = true})'
     )
 
 
