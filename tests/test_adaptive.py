@@ -8,7 +8,7 @@ import pytest
 from localspec.drafters.base import Draft
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.engine import adaptive
-from localspec.engine.adaptive import SHADOW_STREAK, AdaptiveController
+from localspec.engine.adaptive import SHADOW_STREAK, AdaptiveController, ShadowCheck
 from localspec.engine.costs import VerifyCost
 
 SIZES = np.array([1, 2, 4, 8, 16, 32, 49])
@@ -44,7 +44,9 @@ def drive(
             draft_s = draft_per_token * n if position == 0 else 0.0
             ctl.observe(0, 0, draft_s, float(cost(np.array([1]))[0]))
             follow = position < agreed and position + 1 < n
-            ctl.observe_shadow(float(position < agreed), draft_s, position, not follow, n)
+            ctl.observe_shadow(
+                ShadowCheck(float(position < agreed), draft_s, position, not follow, n)
+            )
             shadow = (n, agreed, position + 1) if follow and ctl.paused else None
             lengths.append(-1)
             continue
@@ -227,7 +229,7 @@ def test_a_chain_checks_each_paused_drafter_and_credits_the_guesser() -> None:
         if n := control.shadow_length():
             guess = chain.propose([1, 2, 3], n)
             control.observe(0, 0, 0.4 * STEP, STEP)
-            control.observe_shadow(0.0 if guess.tokens else None, 0.4 * STEP)
+            control.observe_shadow(ShadowCheck(0.0 if guess.tokens else None, 0.4 * STEP))
         else:
             control.observe(0, 0, 0.0, STEP)
     assert parts[0].shadow_checks == 0  # the lookup never had a guess

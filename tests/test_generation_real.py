@@ -11,6 +11,7 @@ import pytest
 from localspec import Engine, LocalspecError, SpecConfig
 from localspec.drafters.base import Draft
 from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.adaptive import ShadowCheck
 from localspec.engine.loop import SpeculativeLoop
 from localspec.engine.verify import SamplingParams
 from localspec.prompts import builtin_prompts
@@ -120,15 +121,8 @@ class CheckingControl:
     def shadow_length(self) -> int:
         return 8
 
-    def observe_shadow(
-        self,
-        acceptance: float | None,
-        draft_s: float,
-        position: int = 0,
-        last: bool = True,
-        n_guessed: int = 1,
-    ) -> None:
-        self.calls.append((acceptance, position, last, n_guessed))
+    def observe_shadow(self, check: ShadowCheck) -> None:
+        self.calls.append((check.acceptance, check.position, check.last, check.n_guessed))
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         assert n_drafted == 0

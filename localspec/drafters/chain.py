@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from localspec.drafters.base import Draft, Drafter
-from localspec.engine.adaptive import AdaptiveController
+from localspec.engine.adaptive import AdaptiveController, ShadowCheck
 
 
 class ChainedDrafter:
@@ -83,28 +83,19 @@ class ChainController:
         self.chain.limits = [part.shadow_length() for part in self.parts]
         return max(self.chain.limits)
 
-    def observe_shadow(
-        self,
-        acceptance: float | None,
-        draft_s: float,
-        position: int = 0,
-        last: bool = True,
-        n_guessed: int = 1,
-    ) -> None:
+    def observe_shadow(self, check: ShadowCheck) -> None:
         """Position 0 goes to the drafter that guessed (the others asked are told they had
         no guess); the rest of its shadow round goes to it too."""
-        if position > 0:
+        if check.position > 0:
             if self._shadow_source is not None:
-                self.parts[self._shadow_source].observe_shadow(
-                    acceptance, draft_s, position, last, n_guessed
-                )
+                self.parts[self._shadow_source].observe_shadow(check)
             return
         self._shadow_source = source = self.chain.last_source
         for i, (part, limit) in enumerate(zip(self.parts, self.chain.limits, strict=True)):
             if i == source:
-                part.observe_shadow(acceptance, draft_s, 0, last, n_guessed)
+                part.observe_shadow(check)
             elif limit:  # asked, but had no guess
-                part.observe_shadow(None, 0.0)
+                part.observe_shadow(ShadowCheck(None))
 
     @property
     def shadow_checks(self) -> int:

@@ -40,6 +40,8 @@ The Engine keeps one controller per mode across generations: measured costs carr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from localspec.engine.costs import VerifyCost
@@ -65,6 +67,20 @@ RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about o
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop drafting and checking for this answer.
 HOPELESS_BELOW = 1.05
+
+
+@dataclass(frozen=True)
+class ShadowCheck:
+    """How one shadow check fared. ``acceptance``: the probability that the guessed token
+    would have been accepted (None: the drafter had no guess). ``position`` in the shadow
+    round (0 opens it: ``draft_s`` is the time the ``n_guessed`` tokens took); ``last``: the
+    round ends here (the target chose another token, or the guess is used up)."""
+
+    acceptance: float | None
+    draft_s: float = 0.0
+    position: int = 0
+    last: bool = True
+    n_guessed: int = 1
 
 
 class AdaptiveController:
@@ -119,7 +135,7 @@ class AdaptiveController:
         rate, about a tenth of a target step on a small CPU, next to nothing on a GPU."""
         if not self._catch_up or self.cost is None:
             return True
-        return self._catch_up < SHADOW_BUDGET * float(self.cost(np.array([1]))[0])
+        return self._catch_up < self._budget_s()
 
     def next_draft_length(self) -> int:
         """How many tokens to draft and verify this round (0: decode plainly)."""
@@ -147,8 +163,7 @@ class AdaptiveController:
         """Plain steps per shadow check, so that checks cost at most SHADOW_BUDGET."""
         if self.cost is None or not self._draft_seen:
             return 1
-        step = float(self.cost(np.array([1]))[0])
-        spacing = np.ceil(self._draft_per_token / (SHADOW_BUDGET * step))
+        spacing = np.ceil(self._draft_per_token / self._budget_s())
         return int(np.clip(spacing, 1, MAX_SHADOW_SPACING))
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
@@ -179,27 +194,18 @@ class AdaptiveController:
                 grown = n_accepted + 1 + self._resume
             self.n_draft = min(best, max(self.n_draft, grown))
 
-    def observe_shadow(
-        self,
-        acceptance: float | None,
-        draft_s: float,
-        position: int = 0,
-        last: bool = True,
-        n_guessed: int = 1,
-    ) -> None:
-        """The outcome of a shadow check at ``position`` of a shadow round: the probability
-        that the guessed token would have been accepted (None: the drafter had no guess).
-        Position 0 opens the round: ``draft_s`` is the time the ``n_guessed`` tokens took.
-        ``last``: the round ends here (the target chose another token, or the guess is used
-        up); otherwise a resumed draft would start ``position + 1`` tokens into the guess."""
+    def observe_shadow(self, check: ShadowCheck) -> None:
+        """Record a shadow check, and resume speculation if the evidence says it pays (mid-
+        round, a resumed draft would start ``position + 1`` tokens into the guess)."""
         self._since_shadow = 0
+        acceptance, position = check.acceptance, check.position
         if acceptance is None:
             return
         if position == 0:
             self.shadow_checks += 1
-            self._record_draft_cost(n_guessed, draft_s)
+            self._record_draft_cost(check.n_guessed, check.draft_s)
             self._decay_evidence()
-            self._size_guesses(n_guessed, draft_s)
+            self._size_guesses(check.n_guessed, check.draft_s)
         self._tried[position] += 1
         self._accepted[position] += acceptance
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
@@ -207,7 +213,7 @@ class AdaptiveController:
         self.hopeless = self._is_hopeless(gains)
         # mid-round, a draft would start deeper in the guessed continuation: it is judged
         # by the acceptance there (which copies reach far, which prose breaks off early)
-        depth = 0 if last else position + 1
+        depth = 0 if check.last else position + 1
         best = 0 if self.hopeless else self._best_length(RESUME_MARGIN, depth)
         streak = self._streak >= SHADOW_STREAK
         if best == 0 and streak and gains[self._resume] > 1 + MARGIN:
@@ -217,15 +223,18 @@ class AdaptiveController:
         elif acceptance < STREAK_HIT:
             self._misses += 1
 
+    def _budget_s(self) -> float:
+        """SHADOW_BUDGET of a one-token target step, in seconds (0 without a cost curve)."""
+        return SHADOW_BUDGET * float(self.cost(np.array([1]))[0]) if self.cost is not None else 0.0
+
     def _drafts_cost_nothing(self) -> bool:
         """A drafted token costs under SHADOW_BUDGET of a step (a lookup)."""
-        step = float(self.cost(np.array([1]))[0]) if self.cost is not None else 0.0
-        return self._draft_per_token < SHADOW_BUDGET * step
+        return self._draft_per_token < self._budget_s()
 
     def _size_guesses(self, n_guessed: int, draft_s: float) -> None:
         if self.cost is None:
             return
-        if draft_s < SHADOW_BUDGET * float(self.cost(np.array([1]))[0]):
+        if draft_s < self._budget_s():
             self._guess_length = min(2 * n_guessed, self.n_max)
         else:
             self._guess_length = max(n_guessed // 2, 1)

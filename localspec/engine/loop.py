@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
-from localspec.engine.adaptive import AdaptiveController
+from localspec.engine.adaptive import AdaptiveController, ShadowCheck
 from localspec.engine.backend import Backend
 from localspec.engine.output import OutputAssembler
 from localspec.engine.stats import Stats, StatsRecorder
@@ -65,14 +65,7 @@ class DraftControl(Protocol):
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
     def next_draft_length(self) -> int: ...
     def shadow_length(self) -> int: ...
-    def observe_shadow(
-        self,
-        acceptance: float | None,
-        draft_s: float,
-        position: int = 0,
-        last: bool = True,
-        n_guessed: int = 1,
-    ) -> None: ...
+    def observe_shadow(self, check: ShadowCheck) -> None: ...
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
 
 
@@ -218,8 +211,9 @@ class SpeculativeLoop:
         if self._shadow is not None and self.control.paused:
             return self._shadow
         n = self.control.shadow_length()
-        if n == 0 or self.drafter is None:
+        if n == 0:
             return None
+        assert self.drafter is not None  # only a drafter's plain rounds carry checks
         guess = self.drafter.propose(context, n)
         if guess.probs is not None:
             guess = guess.truncated(1)
@@ -233,11 +227,11 @@ class SpeculativeLoop:
         guess, position = shadow
         self._shadow = None
         if not guess.tokens:
-            self.control.observe_shadow(None, draft_s)
+            self.control.observe_shadow(ShadowCheck(None, draft_s))
             return
         chance = self._guess_acceptance(guess, position, p, chosen)
         follow = guess.tokens[position] == chosen and position + 1 < len(guess)
-        self.control.observe_shadow(chance, draft_s, position, not follow, len(guess))
+        self.control.observe_shadow(ShadowCheck(chance, draft_s, position, not follow, len(guess)))
         if follow:
             self._shadow = (guess, position + 1)
 
