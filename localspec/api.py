@@ -12,6 +12,7 @@ Every consumer (``localspec run``, the TUI, the server, probe, bench) reads the 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -185,12 +186,14 @@ class Engine:
         draft_backend: Backend | None = None
         mtp = None
         try:
+            spec.validate(target_backend.n_batch)  # a small context has a smaller batch
             if draft_kind == "draft-mtp":
                 mtp = MtpContext(target_backend)
             elif draft_path is not None:
                 draft_backend = Backend(
                     draft_path,
-                    BackendOptions(n_ctx, n_threads, n_gpu_layers_draft),
+                    # the target's context, also when -c 0 let llama.cpp choose it
+                    BackendOptions(target_backend.n_ctx, n_threads, n_gpu_layers_draft),
                     partial(progress, "draft") if progress else None,
                 )
                 if draft_kind == "draft-model":
@@ -351,18 +354,28 @@ class Engine:
         )
 
 
+RANDOM_SEED = -1  # llama.cpp's convention: -1 asks for a random seed
+MAX_SEED = (1 << 64) - 1
+
+
 def validate_sampling(
     temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None
 ) -> SamplingParams:
-    if temperature < 0:
-        raise LocalspecError(f"--temp must be >= 0 (got {temperature})", "0 means greedy")
+    """Check the sampling settings (nan and inf included: every comparison with nan is
+    false) and turn seed -1 into a random seed."""
+    if not math.isfinite(temperature) or temperature < 0:
+        raise LocalspecError(f"--temp must be a number >= 0 (got {temperature})", "0 means greedy")
     if top_k < 0:
         raise LocalspecError(f"--top-k must be >= 0 (got {top_k})", "0 turns it off")
     if not 0.0 < top_p <= 1.0:
         raise LocalspecError(f"--top-p must be within (0, 1] (got {top_p})", "1 turns it off")
     if not 0.0 <= min_p <= 1.0:
         raise LocalspecError(f"--min-p must be within [0, 1] (got {min_p})", "0 turns it off")
-    return SamplingParams(temperature, top_k, top_p, min_p, seed)
+    if seed is not None and not RANDOM_SEED <= seed <= MAX_SEED:
+        raise LocalspecError(
+            f"--seed must be between 0 and 2^64-1, or -1 for a random seed (got {seed})"
+        )
+    return SamplingParams(temperature, top_k, top_p, min_p, None if seed == RANDOM_SEED else seed)
 
 
 def validate_ngram(params: NgramParams) -> None:

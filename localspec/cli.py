@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from localspec import argtypes as at
 from localspec.errors import LocalspecError
 
 
@@ -30,16 +32,26 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         help="none | ngram-simple | draft-model | draft-self | draft-mtp, or a chain such as "
         "ngram-simple,draft-self (default: draft-model with -md, else ngram-simple)",
     )
-    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens")
     p.add_argument(
-        "-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)"
+        "-c",
+        "--ctx-size",
+        type=at.context,
+        default=4096,
+        help="context size in tokens (0: the model's trained length)",
+    )
+    p.add_argument(
+        "-t",
+        "--threads",
+        type=at.threads,
+        default=None,
+        help="CPU threads (default: physical cores)",
     )
     p.add_argument(
         "-ngl",
         "--gpu-layers",
         "--n-gpu-layers",
         dest="gpu_layers",
-        type=int,
+        type=at.gpu_layers,
         default=None,
         help="target layers to offload to the GPU",
     )
@@ -48,7 +60,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "--gpu-layers-draft",
         "--n-gpu-layers-draft",
         dest="gpu_layers_draft",
-        type=int,
+        type=at.gpu_layers,
         default=None,
         help="draft layers to offload to the GPU",
     )
@@ -58,43 +70,43 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation (llama.cpp flag names)")
     g.add_argument(
         "--spec-draft-n-max",
-        type=int,
+        type=at.count,
         default=None,
         help="most tokens drafted per round (default 16; ngram-simple: its size-m)",
     )
     g.add_argument(
         "--spec-draft-n-min",
-        type=int,
+        type=at.non_negative,
         default=0,
         help="drafts shorter than this are not verified (default 0)",
     )
     g.add_argument(
         "--spec-draft-p-min",
-        type=float,
+        type=at.probability,
         default=0.0,
         help="stop drafting when the draft's top probability is below this",
     )
     g.add_argument(
         "--spec-ngram-simple-size-n",
-        type=int,
+        type=at.count,
         default=12,
         help="length of the lookup n-gram (default 12)",
     )
     g.add_argument(
         "--spec-ngram-simple-size-m",
-        type=int,
+        type=at.count,
         default=48,
         help="length of the drafted m-gram (default 48)",
     )
     g.add_argument(
         "--spec-ngram-simple-min-hits",
-        type=int,
+        type=at.count,
         default=1,
         help="earlier occurrences a key needs (default 1)",
     )
     g.add_argument(
         "--spec-ngram-simple-min-n",
-        type=int,
+        type=at.count,
         default=4,
         help="shortest key tried when the size-n key has no match "
         "(default 4; set it to size-n for llama.cpp's exact behaviour)",
@@ -125,15 +137,17 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
         "--n-predict",
         "--max-tokens",
         dest="max_tokens",
-        type=int,
+        type=at.count,
         default=256,
         help="most tokens to generate (default 256)",
     )
-    g.add_argument("--temp", type=float, default=0.0, help="temperature (0: greedy, default)")
-    g.add_argument("--top-k", type=int, default=0, help="top-k (0: off)")
-    g.add_argument("--top-p", type=float, default=1.0, help="top-p (1: off)")
-    g.add_argument("--min-p", type=float, default=0.0, help="min-p (0: off)")
-    g.add_argument("-s", "--seed", type=int, default=None, help="random seed")
+    g.add_argument(
+        "--temp", type=at.temperature, default=0.0, help="temperature (0: greedy, default)"
+    )
+    g.add_argument("--top-k", type=at.non_negative, default=0, help="top-k (0: off)")
+    g.add_argument("--top-p", type=at.top_p, default=1.0, help="top-p (1: off)")
+    g.add_argument("--min-p", type=at.probability, default=0.0, help="min-p (0: off)")
+    g.add_argument("-s", "--seed", type=at.seed, default=None, help="random seed (-1: random)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
@@ -178,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not consider the GGUFs in the Hugging Face cache",
     )
     pairs.add_argument(
-        "-c", "--ctx-size", type=int, default=4096, help="context size for the memory check"
+        "-c", "--ctx-size", type=at.context, default=4096, help="context size for the memory check"
     )
     pairs.add_argument("--json", action="store_true", help="print JSON")
     pairs.set_defaults(handler=lambda a: _command("pairs").cmd_pairs(a))
@@ -216,14 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="prompt kinds (code-edit,code,qa,summary,creative,french) or a file",
     )
     probe.add_argument("--lengths", default="4,8,16", help="draft lengths to try")
-    probe.add_argument("-n", "--n-predict", type=int, default=128, help="tokens per run")
-    probe.add_argument("--temp", type=float, default=0.0, help="temperature")
-    probe.add_argument("-s", "--seed", type=int, default=0, help="seed for sampling")
-    probe.add_argument("-c", "--ctx-size", type=int, default=4096)
-    probe.add_argument("-t", "--threads", type=int, default=None)
-    probe.add_argument("-ngl", "--gpu-layers", dest="gpu_layers", type=int, default=None)
+    probe.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
+    probe.add_argument("--temp", type=at.temperature, default=0.0, help="temperature")
+    probe.add_argument("-s", "--seed", type=at.seed, default=0, help="seed for sampling")
+    probe.add_argument("-c", "--ctx-size", type=at.context, default=4096)
+    probe.add_argument("-t", "--threads", type=at.threads, default=None)
+    probe.add_argument("-ngl", "--gpu-layers", dest="gpu_layers", type=at.gpu_layers, default=None)
     probe.add_argument(
-        "-ngld", "--gpu-layers-draft", dest="gpu_layers_draft", type=int, default=None
+        "-ngld", "--gpu-layers-draft", dest="gpu_layers_draft", type=at.gpu_layers, default=None
     )
     probe.add_argument("--json", action="store_true", help="print JSON")
     probe.add_argument(
@@ -240,12 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(chat)
     add_spec_flags(chat)
     chat.add_argument("--system", default=None, help="system message")
-    chat.add_argument("--temp", type=float, default=0.0, help="temperature (0: greedy)")
+    chat.add_argument("--temp", type=at.temperature, default=0.0, help="temperature (0: greedy)")
     chat.add_argument(
         "-n",
         "--n-predict",
         dest="max_tokens",
-        type=int,
+        type=at.count,
         default=1024,
         help="most tokens per answer (default 1024)",
     )
@@ -266,8 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="prompt kinds or a prompt file",
     )
     bench.add_argument("--temps", default="0", help="comma-separated temperatures")
-    bench.add_argument("-n", "--n-predict", type=int, default=128, help="tokens per run")
-    bench.add_argument("--repeat", type=int, default=3, help="interleaved repeats")
+    bench.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
+    bench.add_argument("--repeat", type=at.count, default=3, help="interleaved repeats")
     bench.add_argument("--json", default=None, metavar="OUT", help="write JSON results")
     bench.add_argument("--markdown", default=None, metavar="OUT.md", help="write a table")
     bench.add_argument(
@@ -294,11 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(serve)
     add_spec_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument(
+        "--port", type=at.port, default=8080, help="port (default 8080; 0: any free)"
+    )
     serve.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     serve.add_argument(
         "--max-queue",
-        type=int,
+        type=at.non_negative,
         default=8,
         help="requests that may wait for the engine before 429 (default 8)",
     )
@@ -323,6 +339,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nlocalspec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `localspec ... | head`: the reader left, nothing to say
+        return 141
+    except Exception as exc:
+        # A bug, not bad input: one line, the traceback only when asked for.
+        if os.environ.get("LOCALSPEC_DEBUG"):
+            raise
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        frame = (
+            f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
+        )
+        print(
+            f"localspec: internal error: {type(exc).__name__}: {exc}{frame}\n"
+            "  hint: this is a bug in localspec; rerun with LOCALSPEC_DEBUG=1 for the "
+            "traceback and report it",
+            file=sys.stderr,
+        )
+        return 70
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Safe file writes: nothing half-written ever looks complete.
 
 Downloads, chunk joins and requantizations all write to a temporary file next to the
-destination and rename it into place only once it is whole (and verified), so an
-interrupted step leaves at most a ``*.part`` file that the next attempt overwrites.
+destination and rename it into place only once it is whole (and verified). An interrupted
+step removes its scratch file; a killed one (no cleanup runs) leaves it, named with the
+writer's process id, and the next write into that folder removes it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,70 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
+
+from localspec.errors import LocalspecError
+from localspec.progress import status
+
 CHUNK = 8 << 20
+
+
+# Scratch files and folders carry their writer's process id: ``.NAME.pid<PID>-<random>.part``
+# (or ``.work`` for a folder), so a later process can tell the leftovers of a killed writer
+# (SIGKILL runs no cleanup) from the work of one still running, and remove them.
+_SCRATCH = re.compile(r"^\..+\.pid(\d+)-[^./]+\.(part|work)$")
+# names written before scratch files carried a process id: removed once old enough
+_LEGACY_SCRATCH = re.compile(r"^(\..+\.[a-z0-9_]{8}\.part|tmp[a-z0-9_]{8})$")
+LEGACY_STALE_S = 3600.0
+
+
+def _scratch_prefix(dest: Path) -> str:
+    return f".{dest.name}.pid{os.getpid()}-"
+
+
+def remove_stale_scratch(directory: Path, legacy: bool = False) -> list[Path]:
+    """Remove the scratch files and folders in ``directory`` whose writer is gone; with
+    ``legacy``, also the unmarked ones of older versions once an hour old (only for
+    folders that localspec alone writes into). Returns what was removed."""
+    removed = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        match = _SCRATCH.match(entry.name)
+        if match:
+            stale = not psutil.pid_exists(int(match.group(1)))
+        elif legacy and _LEGACY_SCRATCH.match(entry.name):
+            try:
+                stale = now - entry.stat().st_mtime > LEGACY_STALE_S
+            except OSError:
+                continue
+        else:
+            continue
+        if stale:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 @contextlib.contextmanager
 def atomic_path(dest: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; rename it onto ``dest`` if the block succeeds."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    remove_stale_scratch(dest.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=_scratch_prefix(dest), suffix=".part", dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -30,6 +83,42 @@ def atomic_path(dest: Path) -> Iterator[Path]:
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def built_file(dest: Path, stamp: Path) -> Iterator[Path]:
+    """``atomic_path`` for a file localspec builds: once placed, its SHA-256 is recorded in
+    ``stamp`` for ``intact_file`` (a killed build leaves no stamp, so it is rebuilt)."""
+    stamp.unlink(missing_ok=True)
+    with atomic_path(dest) as tmp:
+        yield tmp
+        digest = sha256_file(tmp)
+    write_stamp(dest, digest, stamp)
+
+
+@contextlib.contextmanager
+def scratch_dir(dest: Path) -> Iterator[Path]:
+    """A work folder beside ``dest`` (same file system, so results can be renamed into place),
+    removed afterwards, and by a later process if this one is killed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(
+        prefix=_scratch_prefix(dest), suffix=".work", dir=dest.parent
+    ) as work:
+        yield Path(work)
+
+
+def check_output_path(path: Path, flag: str) -> None:
+    """Refuse an output path that cannot be written, before the work that fills it starts."""
+    hint = f"give {flag} the path of a file in an existing, writable directory"
+    if path.is_dir():
+        raise LocalspecError(f"{flag} {path}: is a directory, not a file", hint)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise LocalspecError(f"{flag} {path}: the directory {parent} does not exist", hint)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LocalspecError(f"{flag} {path}: cannot write into {parent}", hint)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise LocalspecError(f"{flag} {path}: the file is not writable", hint)
 
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
@@ -62,6 +151,30 @@ def write_stamp(path: Path, digest: str, stamp: Path) -> None:
     """Record that ``path``, as it is now, has SHA-256 ``digest`` (atomically)."""
     with atomic_path(stamp) as tmp:
         tmp.write_text(json.dumps({"sha256": digest, **_fingerprint(path)}))
+
+
+def intact_file(path: Path, stamp: Path) -> bool:
+    """``path`` exists and still has the SHA-256 recorded in ``stamp`` when it was written:
+    for files localspec builds itself (derived models, self-drafts), which a truncation or
+    a stray write would otherwise turn into a load error on every run. Hashed again only
+    when the size or mtime changed; a size change alone fails at once."""
+    if not path.is_file():
+        return False
+    if read_stamp(path, stamp) is not None:
+        return True
+    try:
+        data = json.loads(stamp.read_text())
+        recorded, size = str(data["sha256"]), int(data["size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded, size = None, -1
+    if recorded is None or path.stat().st_size != size or sha256_file(path) != recorded:
+        status(
+            f"{path.name} is damaged (it does not match the checksum recorded when it was "
+            "built); rebuilding it"
+        )
+        return False
+    write_stamp(path, recorded, stamp)  # same content, new mtime: remember the check
+    return True
 
 
 def stamped_sha256(path: Path, stamp: Path, progress: Callable[[int], None] | None = None) -> str:

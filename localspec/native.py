@@ -3,6 +3,7 @@ model, prompt, flags, context and threads as a bench cell, for the localspec/nat
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -82,12 +83,20 @@ def parse_speed(output: str) -> float:
     return float(match.group(3))
 
 
+def check_tool(tool_dir: Path) -> None:
+    """``--native DIR`` must hold an executable llama-speculative-simple (checked before a
+    bench starts, not after it ran)."""
+    tool = tool_dir / TOOL
+    if not tool.is_file() or not os.access(tool, os.X_OK):
+        raise LocalspecError(
+            f"--native {tool_dir}: no executable {TOOL} there",
+            f"build it with `scripts/build-llama-cpp-tools {tool_dir}`, or drop --native",
+        )
+
+
 def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> float:
     """Tokens per second of the native tool on this prompt (already chat-formatted)."""
-    if not (s.tool_dir / TOOL).exists():
-        raise LocalspecError(
-            f"no {TOOL} in {s.tool_dir}", "build it with scripts/build-llama-cpp-tools DIR"
-        )
+    check_tool(s.tool_dir)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt_text)
     try:

@@ -87,6 +87,9 @@ def vocab_problems(target: Vocab, draft: Vocab) -> list[str]:
 
 
 def memory_needed(target: GGUFInfo, draft: GGUFInfo | None, n_ctx: int) -> int:
+    """Weights + KV caches; ``n_ctx`` 0 is the target's trained length (as ``-c 0`` in
+    llama.cpp)."""
+    n_ctx = n_ctx or target.context_length
     total = target.file_size + target.kv_cache_bytes(n_ctx)
     if draft is not None:
         total += draft.file_size + draft.kv_cache_bytes(n_ctx)
@@ -110,7 +113,8 @@ def check(
     need, have = memory_needed(t_info, d_info, n_ctx), available_memory()
     if need > have:
         reasons.append(
-            f"target + draft + KV caches need {need / GIB:.1f} GiB at context {n_ctx}, "
+            f"target + draft + KV caches need {need / GIB:.1f} GiB at context "
+            f"{n_ctx or t_info.context_length}, "
             f"{have / GIB:.1f} GiB is available"
         )
     return Verdict(t_info, d_info, reasons, warnings)

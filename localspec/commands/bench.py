@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 from functools import partial
@@ -11,19 +12,23 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from localspec import argtypes as at
 from localspec import bench, native
 from localspec.commands.run import engine_options
 from localspec.commands.run import spec_for as run_spec_for
 from localspec.errors import LocalspecError
-from localspec.fileops import atomic_path
+from localspec.fileops import atomic_path, check_output_path
 from localspec.prompts import select_prompts
 
 
 def parse_list(text: str, flag: str, cast=str, sep: str = ",") -> list:  # type: ignore[no-untyped-def]
     try:
         values = [cast(x.strip()) for x in text.split(sep) if x.strip()]
-    except ValueError:
-        raise LocalspecError(f"{flag} {text!r}: not a comma-separated list of values") from None
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        detail = f" ({exc})" if isinstance(exc, argparse.ArgumentTypeError) else ""
+        raise LocalspecError(
+            f"{flag} {text!r}: not a comma-separated list of values{detail}"
+        ) from None
     if not values:
         raise LocalspecError(f"{flag} is empty")
     return values
@@ -47,13 +52,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     if "draft-model" in neural and args.draft is None:
         raise LocalspecError("--modes draft-model needs a draft model (-md)")
-    temps = parse_list(args.temps, "--temps", float)
-    if any(t < 0 for t in temps) or args.repeat < 1 or args.n_predict < 1:
-        raise LocalspecError("--temps must be >= 0, --repeat and -n >= 1")
+    temps = parse_list(args.temps, "--temps", at.temperature)
     prompts = select_prompts(args.prompts)
+    check_outputs(args)
     args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
     console = Console(stderr=True)
+    native_error = None
     with Engine.load(**options) as engine:
         ceiling = engine.verify_cost().ceiling()
         runs = []
@@ -69,9 +74,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
             runs.append(run)
         cells = bench.summarise(runs)
         if args.native:
-            cells = with_native(args, engine, cells, prompts, options)
+            try:
+                cells = with_native(args, engine, cells, prompts, options)
+            except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
+                native_error = exc
     report(args, console, cells, ceiling, engine.target_path.name)
+    if native_error is not None:
+        raise LocalspecError(f"the native runs failed: {native_error.message}", native_error.hint)
     return 0
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Everything the bench writes or runs at its end is checked before it starts."""
+    for flag, value in (
+        ("--json", args.json),
+        ("--markdown", args.markdown),
+        ("--plot", args.plot),
+    ):
+        if value is not None:
+            check_output_path(Path(value), flag)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise LocalspecError(
+            "--plot needs matplotlib, which is not installed", "pip install 'localspec[plot]'"
+        )
+    if args.native is not None:
+        native.check_tool(Path(args.native))
 
 
 def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyped-def]

@@ -34,13 +34,11 @@ def parse_lengths(text: str) -> list[int]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    prompts = select_prompts(args.prompts)
+    lengths = parse_lengths(args.lengths)
     catalog = load_catalog()
     target = resolve_model(args.target, catalog)
     info = gguf_info(target)
-    prompts = select_prompts(args.prompts)
-    lengths = parse_lengths(args.lengths)
-    if args.temp < 0 or args.n_predict <= 0:
-        raise LocalspecError("--temp must be >= 0 and -n > 0")
     args.scan = args.scan or []
     candidates, notes = gather_candidates(args, catalog)
     rows = judge(target, unique(candidates, target), args.ctx_size)

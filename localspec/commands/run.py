@@ -82,8 +82,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from localspec.lossless import compare
 
     validate_sampling(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
-    if args.max_tokens <= 0:
-        raise LocalspecError(f"-n must be > 0 (got {args.max_tokens})")
     prompt, chat = read_prompt(args)
     gen = dict(
         max_tokens=args.max_tokens,

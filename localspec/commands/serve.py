@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -35,6 +36,24 @@ class GracefulServer(uvicorn.Server):
                 signal.signal(s, handler)
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the model loads: a taken port or a host that is
+    not this machine's fails at once, with one clear line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise LocalspecError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            "pick another --port (0: any free one), stop the program using it, or check --host",
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -47,8 +66,6 @@ def is_loopback(host: str) -> bool:
 def cmd_serve(args: argparse.Namespace) -> int:
     from localspec.server.app import ServerSettings, create_app
 
-    if args.max_queue < 0:
-        raise LocalspecError(f"--max-queue must be >= 0 (got {args.max_queue})")
     if not is_loopback(args.host) and not args.api_key:
         print(
             f"localspec: warning: listening on {args.host} without --api-key: anyone who "
@@ -56,17 +73,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    with load_engine(args) as engine:
+    listening = bind_socket(args.host, args.port)
+    with listening, load_engine(args) as engine:
         app = create_app(engine, ServerSettings(api_key=args.api_key, max_queue=args.max_queue))
         print(
             f"localspec: serving {engine.target_path.name} ({engine.mode}) on "
-            f"http://{args.host}:{args.port}/v1",
+            f"http://{args.host}:{listening.getsockname()[1]}/v1",
             file=sys.stderr,
             flush=True,
         )
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", access_log=False
-        )
-        GracefulServer(config).run()
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        GracefulServer(config).run(sockets=[listening])
     print("localspec: stopped", file=sys.stderr)
     return 0

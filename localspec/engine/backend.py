@@ -31,6 +31,7 @@ from localspec.engine.llama_lib import (
 )
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
+from localspec.progress import status
 from localspec.vocab import Vocab
 
 
@@ -66,6 +67,8 @@ class Backend:
         self.ctx = self._new_context(options)
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        if options.n_ctx == 0:
+            status(f"context: {self.n_ctx} tokens (-c 0: the model's trained length)")
         # llama.cpp caps the batch at the context size: ask it rather than trust the request.
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.tokens: list[int] = []

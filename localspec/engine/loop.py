@@ -18,7 +18,7 @@ import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.adaptive import AdaptiveController, ShadowCheck
-from localspec.engine.backend import Backend
+from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.output import OutputAssembler
 from localspec.engine.stats import Stats, StatsRecorder
 from localspec.engine.verify import (
@@ -39,9 +39,18 @@ class SpecConfig:
     p_min: float = 0.0
     adaptive: bool = True
 
-    def validate(self) -> None:
+    def validate(self, max_batch: int = BackendOptions.n_batch) -> None:
+        """``max_batch``: the target's batch size; a draft is verified in one batch together
+        with the last accepted token, so it holds at most ``max_batch - 1`` tokens."""
         if self.n_max < 1:
             raise LocalspecError(f"--spec-draft-n-max must be >= 1 (got {self.n_max})")
+        if self.n_max >= max_batch:
+            raise LocalspecError(
+                f"--spec-draft-n-max {self.n_max} is more than one verification batch holds: "
+                f"at most {max_batch - 1} drafted tokens (a batch of {max_batch} tokens, one of "
+                "them the last accepted token)",
+                f"use --spec-draft-n-max {max_batch - 1} or less (16-48 is usual)",
+            )
         if not 0 <= self.n_min <= self.n_max:
             raise LocalspecError(
                 f"--spec-draft-n-min ({self.n_min}) must be between 0 and "

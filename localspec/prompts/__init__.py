@@ -69,7 +69,7 @@ def load_prompt_file(path: Path) -> list[PromptCase]:
     cases = []
     for i, p in enumerate(raw, 1):
         for field in ("name", "kind", "text"):
-            if not isinstance(p.get(field), str) or not p[field].strip():
+            if not isinstance(p, dict) or not isinstance(p.get(field), str) or not p[field].strip():
                 raise LocalspecError(
                     f"{path}: prompt #{i}: field '{field}' is missing or empty",
                     "each [[prompt]] needs name, kind and text strings",

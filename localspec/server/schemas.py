@@ -39,7 +39,7 @@ class _Common(BaseModel):
     top_p: Number = Field(default=1.0, gt=0.0, le=1.0)
     top_k: StrictInt = Field(default=0, ge=0)
     min_p: Number = Field(default=0.0, ge=0.0, le=1.0)
-    seed: StrictInt | None = None
+    seed: StrictInt | None = Field(default=None, ge=-1, le=(1 << 64) - 1)  # -1: random
     stop: StrictStr | list[StrictStr] | None = None
     n: StrictInt = 1
     stream: StrictBool = False

@@ -110,6 +110,7 @@ class ChatApp(App[None]):
         self.options = options
         self.loader = loader
         self.engine: Engine | None = None
+        self.load_error: LocalspecError | None = None  # the first load failed: exit with it
         self.mode_override: str | None = None
         self.chat = ChatScreen()
 
@@ -125,7 +126,7 @@ class ChatApp(App[None]):
         try:
             engine = self.loader(self.options, self.report_progress)
         except LocalspecError as exc:
-            self.post_message(EngineFailed(str(exc)))
+            self.post_message(EngineFailed(exc))
             return
         self.post_message(EngineReady(engine))
 
@@ -150,8 +151,14 @@ class ChatApp(App[None]):
         self.chat.stats.show(None)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
-        self.sub_title = "no model"
-        self.chat.notice(f"could not load the model: {message.error}")
+        if self.engine is None:  # nothing to chat with: leave, and `localspec chat` says why
+            self.load_error = message.error
+            self.exit(return_code=2)
+            return
+        self.notify(
+            f"could not load the model, the current one is kept: {message.error}",
+            severity="error",
+        )
 
     @property
     def current_mode(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from localspec.api import Engine
+from localspec.errors import LocalspecError
 
 
 class EngineReady(Message):
@@ -14,7 +15,7 @@ class EngineReady(Message):
 
 
 class EngineFailed(Message):
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: LocalspecError) -> None:
         super().__init__()
         self.error = error
 

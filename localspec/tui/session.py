@@ -56,17 +56,24 @@ class ChatSession:
 
     @classmethod
     def load(cls, path: Path) -> ChatSession:
+        pick = "pick a file saved by localspec chat"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise LocalspecError(f"cannot read {path}: {exc.strerror}") from None
-        except ValueError as exc:
-            raise LocalspecError(
-                f"{path} is not valid JSON ({exc})", "pick a file saved by localspec chat"
-            ) from None
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+            why = exc if isinstance(exc, ValueError) else "nested too deeply"
+            raise LocalspecError(f"{path} is not valid JSON ({why})", pick) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise LocalspecError(f"{path} is not a localspec chat file", pick)
+        version = data.get("version")
+        if type(version) is not int or version < 1:
+            raise LocalspecError(f"{path}: field 'version' is damaged ({version!r})", pick)
+        if version > VERSION:
             raise LocalspecError(
-                f"{path} is not a localspec chat file", "pick a file saved by localspec chat"
+                f"{path} was saved by a newer localspec (chat file version {version}; this "
+                f"one reads version {VERSION})",
+                "upgrade localspec to open it",
             )
         messages = data.get("messages")
         if not isinstance(messages, list) or not all(
@@ -80,7 +87,11 @@ class ChatSession:
                 "each message needs a role (user/assistant) and content",
             )
         system = data.get("system")
+        if system is not None and not isinstance(system, str):
+            raise LocalspecError(
+                f"{path}: field 'system' is damaged (a {type(system).__name__}, not text)", pick
+            )
         return cls(
-            system if isinstance(system, str) else None,
+            system,
             [{"role": m["role"], "content": m["content"]} for m in messages],
         )

@@ -1,0 +1,89 @@
+"""Value types for command-line flags: a bad number is refused by argparse itself, with one
+line that names the flag, the value and the accepted range (exit status 2), before any model
+is loaded."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+# a bound beyond which a count is certainly a typo (threads, tokens, queue sizes)
+HUGE = 1 << 24
+
+
+def integer(lo: int | None = None, hi: int | None = None, note: str = "") -> Callable[[str], int]:
+    """An integer within [lo, hi]; ``note`` says what the special values mean."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {_range(lo, hi)}{note}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
+def real(
+    lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, note: str = ""
+) -> Callable[[str], float]:
+    """A finite number within [lo, hi] (``(lo, hi]`` with ``lo_open``): nan and inf are refused
+    here, since every comparison with nan is false and would slip through later checks."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        too_low = lo is not None and (value <= lo if lo_open else value < lo)
+        if too_low or (hi is not None and value > hi):
+            left = "(" if lo_open else "["
+            raise argparse.ArgumentTypeError(
+                f"{value:g} is out of range: must be within {left}{_num(lo)}, {_num(hi)}]{note}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _range(lo: int | None, hi: int | None) -> str:
+    if lo is not None and hi is not None:
+        return f"must be between {lo} and {hi}"
+    return f"must be >= {lo}" if lo is not None else f"must be <= {hi}"
+
+
+def _num(x: float | None) -> str:
+    return "inf" if x is None else f"{x:g}"
+
+
+# the flags shared by several commands
+count = integer(1, HUGE)  # -n, --repeat, ...
+non_negative = integer(0, HUGE)
+threads = integer(1, 1024, " (leave -t out to use every physical core)")
+MIN_CONTEXT = 64
+
+
+def context(text: str) -> int:
+    """``-c``: 0 (llama.cpp's convention: the model's trained length) or at least MIN_CONTEXT."""
+    value = integer(0, HUGE)(text)
+    if 0 < value < MIN_CONTEXT:
+        raise argparse.ArgumentTypeError(
+            f"{value} tokens is too small a context: give at least {MIN_CONTEXT}, "
+            "or 0 for the model's trained context length"
+        )
+    return value
+
+
+gpu_layers = integer(-1, 100_000, " (-1: llama.cpp's default, 0: CPU only, 99: all)")
+seed = integer(-1, (1 << 64) - 1, " (-1: a random seed)")
+temperature = real(0.0, 100.0, note=" (0: greedy)")
+probability = real(0.0, 1.0)
+port = integer(0, 65535)
+top_p = real(0.0, 1.0, lo_open=True, note=" (1: off)")

@@ -1,0 +1,263 @@
+"""Bad input as users type it: every case ends with a non-zero exit status and one clear
+line saying what is wrong, never a traceback or an internal error, and before any long
+work starts (cases that would otherwise load a model name one that does not exist, so a
+check that came too late would report the missing model instead)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.cli import main
+
+MISSING = "/nonexistent/model.gguf"
+
+
+def outcome(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:
+    """Exit status and everything printed, as the command line would see them."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse refuses a flag value with exit status 2
+        code = exc.code if isinstance(exc.code, int) else 1
+    printed = capsys.readouterr()
+    return code, printed.out + printed.err
+
+
+def assert_refused(code: int, text: str, expected: str) -> None:
+    assert code not in (0, 70), text  # 70: the catch-all for bugs
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert expected in text, text
+
+
+# (argv, what the error line must say)
+FLAG_CASES = [
+    # numbers: nan/inf slip through comparisons, so they are refused by the flag types
+    (["run", MISSING, "--temp", "nan"], "argument --temp: 'nan' is not a finite number"),
+    (["run", MISSING, "--temp", "inf"], "'inf' is not a finite number"),
+    (["run", MISSING, "--temp", "-1"], "must be within [0, 100]"),
+    (["run", MISSING, "--top-p", "nan"], "argument --top-p: 'nan' is not a finite number"),
+    (["run", MISSING, "--top-p", "0"], "must be within (0, 1]"),
+    (["run", MISSING, "--min-p", "2"], "argument --min-p: 2 is out of range"),
+    (["run", MISSING, "--top-k", "-1"], "argument --top-k: -1 is out of range"),
+    (["run", MISSING, "-s", "-2"], "(-1: a random seed)"),
+    (["run", MISSING, "-s", str(1 << 64)], "argument -s/--seed"),
+    (["run", MISSING, "-s", "abc"], "'abc' is not an integer"),
+    (["run", MISSING, "-n", "0"], "argument -n/--n-predict/--max-tokens: 0 is out of range"),
+    (["run", MISSING, "-c", "1"], "too small a context: give at least 64"),
+    (["run", MISSING, "-c", "-5"], "argument -c/--ctx-size"),
+    (["run", MISSING, "--threads", "0"], "argument -t/--threads: 0 is out of range"),
+    (["run", MISSING, "--threads", "-1"], "leave -t out to use every physical core"),
+    (["run", MISSING, "-ngl", "-2"], "argument -ngl/--gpu-layers/--n-gpu-layers"),
+    (["run", MISSING, "--spec-draft-n-max", "0"], "argument --spec-draft-n-max"),
+    (["run", MISSING, "--spec-draft-p-min", "nan"], "argument --spec-draft-p-min"),
+    (["run", MISSING, "--spec-ngram-simple-size-n", "0"], "--spec-ngram-simple-size-n"),
+    (["pairs", MISSING, "-c", "-5"], "argument -c/--ctx-size"),
+    (["chat", MISSING, "--temp", "nan"], "argument --temp"),
+    (["chat", MISSING, "-n", "-3"], "argument -n/--n-predict"),
+    (["probe", MISSING, "--temp", "inf"], "argument --temp"),
+    (["probe", MISSING, "-n", "0"], "argument -n/--n-predict"),
+    (["probe", MISSING, "-s", "-7"], "argument -s/--seed"),
+    (["probe", MISSING, "--threads", "0"], "argument -t/--threads"),
+    (["probe", MISSING, "--lengths", "4,x"], "--lengths '4,x': not a list of integers"),
+    (["probe", MISSING, "--lengths", "0"], "lengths must be >= 1"),
+    (["bench", MISSING, "--temps", "nan"], "--temps 'nan': not a comma-separated list"),
+    (["bench", MISSING, "--temps", "0,x"], "--temps '0,x'"),
+    (["bench", MISSING, "--repeat", "0"], "argument --repeat"),
+    (["bench", MISSING, "-c", "0", "--threads", "-1"], "argument -t/--threads"),
+    (["serve", MISSING, "--port", "70000"], "argument --port: 70000 is out of range"),
+    (["serve", MISSING, "--max-queue", "-1"], "argument --max-queue"),
+    (["doctor", MISSING, "-c", "3"], "too small a context"),
+    # draft length: more than one verification batch holds, refused before anything loads
+    (["run", MISSING, "--spec-draft-n-max", "100000"], "at most 511 drafted tokens"),
+    (["bench", MISSING, "--spec-draft-n-max", "512"], "at most 511 drafted tokens"),
+    (["serve", MISSING, "--port", "0", "--spec-ngram-simple-size-m", "999"], "at most 511"),
+    # pull: what the hub would refuse, said before any network access
+    (["pull", "bad repo/x y:z.gguf"], "is not a valid Hugging Face repo id"),
+    (["pull", "../..:etc/passwd"], "is not a valid Hugging Face repo id"),
+    (["pull", "foo/bar:../../x.gguf"], "must not contain '..'"),
+    (["pull", "foo/bar:/etc/x.gguf"], "must be a relative path inside the repo"),
+    (["pull", "foo/bar:notes.txt"], "'notes.txt' is not a .gguf file"),
+    (["pull", "a/b/c"], "must be a Hugging Face repo id OWNER/NAME"),
+    # chat: a missing model is an error line before the full-screen interface starts
+    (["chat", "MISSING-MODEL"], "'MISSING-MODEL' is neither a .gguf file nor a model"),
+    (["chat", MISSING], "model file not found"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), FLAG_CASES, ids=lambda v: " ".join(v)[:60])
+def test_bad_flags_are_refused_with_one_clear_line(capsys, argv, expected) -> None:  # type: ignore[no-untyped-def]
+    assert_refused(*outcome(capsys, argv), expected)
+
+
+def test_chat_with_a_missing_draft(capsys, smollm_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, text = outcome(capsys, ["chat", str(smollm_path), "-md", "nope-draft"])
+    assert_refused(code, text, "'nope-draft' is neither a .gguf file nor a model")
+
+
+def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cases = [
+        (["--json", str(tmp_path)], f"--json {tmp_path}: is a directory, not a file"),
+        (["--markdown", str(tmp_path)], "--markdown"),
+        (["--plot", str(tmp_path / "no" / "x.png")], "does not exist"),
+        (["--native", "/nope"], "--native /nope: no executable llama-speculative-simple"),
+    ]
+    for extra, expected in cases:
+        # the model does not exist either: the output check must come first
+        assert_refused(*outcome(capsys, ["bench", MISSING, *extra]), expected)
+
+
+def test_a_busy_port_is_refused_before_the_model_loads(capsys) -> None:  # type: ignore[no-untyped-def]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        code, text = outcome(capsys, ["serve", MISSING, "--port", port])
+    assert_refused(code, text, f"cannot listen on 127.0.0.1:{port}")
+
+
+def test_a_prompt_file_of_the_wrong_shape(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    prompts = tmp_path / "p.toml"
+    prompts.write_text("prompt = [1, 2]\n")
+    code, text = outcome(capsys, ["probe", MISSING, "--prompts", str(prompts)])
+    assert_refused(code, text, "prompt #1: field 'name' is missing")
+    code, text = outcome(capsys, ["run", MISSING, "-f", str(tmp_path)])
+    assert_refused(code, text, "cannot read the prompt file")
+
+
+CATALOG_HEAD = 'default_model = "a"\n\n[[model]]\nname = "a"\nrepo = "org/a"\nfile = "a.gguf"\n'
+CATALOG_CASES = [
+    (
+        CATALOG_HEAD + '\n[[model]]\nname = "b"\nderive = { from = "b", ftype = "F16" }\n',
+        "models.toml:8: model 'b': field 'derive.from' makes a loop of derivations (b -> b)",
+    ),
+    (
+        CATALOG_HEAD
+        + '\n[[model]]\nname = "b"\nderive = { from = "c", ftype = "F16" }\n'
+        + '\n[[model]]\nname = "c"\nderive = { from = "b", ftype = "Q8_0" }\n',
+        "makes a loop of derivations (b -> c -> b)",
+    ),
+    ('default_model = "a"\nmodel = 5\n', "'model' must be an array of tables"),
+    ("pair = 5\n" + CATALOG_HEAD, "'pair' must be an array of tables"),
+    (CATALOG_HEAD.replace('"a.gguf"', '"../../x.gguf"'), "field 'file' must not contain '..'"),
+    (CATALOG_HEAD.replace('"org/a"', '"bad repo"'), "field 'repo' must be a Hugging Face repo"),
+    (CATALOG_HEAD.replace('default_model = "a"', "default_model = [1]"), "'default_model' ="),
+    (CATALOG_HEAD + "\n[[pair]]\ntarget = [1]\ndraft = 2\n", "field 'target' names unknown"),
+    (CATALOG_HEAD + "size = true\n", "field 'size' must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CATALOG_CASES)
+def test_bad_catalogs_in_every_command(capsys, monkeypatch, tmp_path, text, expected) -> None:  # type: ignore[no-untyped-def]
+    catalog = tmp_path / "models.toml"
+    catalog.write_text(text)
+    monkeypatch.setenv("LOCALSPEC_CATALOG", str(catalog))
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for argv in (["run", "a"], ["models"], ["pull", "a"], ["pairs", "a"], ["probe", "a"]):
+        assert_refused(*outcome(capsys, argv), expected)
+
+
+def test_a_catalog_that_is_not_utf8(capsys, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    catalog = tmp_path / "models.toml"
+    catalog.write_bytes(CATALOG_HEAD.encode() + b'description = "caf\xe9"\n')
+    monkeypatch.setenv("LOCALSPEC_CATALOG", str(catalog))
+    code, text = outcome(capsys, ["models"])
+    assert_refused(code, text, f"{catalog}:7: the model catalog is not UTF-8 text")
+
+
+def test_seed_minus_one_is_a_random_seed(smollm_path: Path) -> None:
+    """llama.cpp's convention; it used to end in a ValueError from numpy."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "run",
+            str(smollm_path),
+            "-p",
+            "hi",
+            "-n",
+            "4",
+            "--mode",
+            "none",
+            "-s",
+            "-1",
+            "--temp",
+            "0.7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_context_zero_is_the_models_trained_length(smollm_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "run",
+            str(smollm_path),
+            "-p",
+            "hi",
+            "-n",
+            "2",
+            "-c",
+            "0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "context: 8192 tokens (-c 0: the model's trained length)" in done.stderr
+    assert json.loads(done.stdout)["n_tokens"] == 2
+
+
+def test_a_draft_longer_than_a_small_contexts_batch(capsys, smollm_path: Path) -> None:  # type: ignore[no-untyped-def]
+    argv = ["run", str(smollm_path), "-c", "128", "--spec-draft-n-max", "200", "-p", "hi"]
+    assert_refused(*outcome(capsys, argv), "at most 127 drafted tokens")
+
+
+def test_internal_errors_are_one_line_unless_debugging(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The last line of defence: a bug still prints one line (and exit status 70)."""
+    import localspec.commands.models as models
+
+    def broken(_args: object) -> int:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(models, "cmd_models", broken)
+    code, text = outcome(capsys, ["models"])
+    assert code == 70 and "Traceback" not in text
+    assert "internal error: ZeroDivisionError: boom" in text and "LOCALSPEC_DEBUG=1" in text
+    monkeypatch.setenv("LOCALSPEC_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        main(["models"])
+
+
+def test_subprocess_output_has_no_traceback(tmp_path: Path) -> None:
+    """The same guarantee seen from outside, for a handful of the cases above."""
+    for argv in (
+        ["run", MISSING, "--temp", "nan"],
+        ["pull", "../..:etc/passwd"],
+        ["bench", MISSING, "--json", str(tmp_path)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "localspec", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and done.stderr.count("error:") == 1
