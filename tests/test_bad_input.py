@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -261,3 +262,50 @@ def test_subprocess_output_has_no_traceback(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr and done.stderr.count("error:") == 1
+
+
+# ----- chat files -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "is not valid JSON (nested too deeply)"),
+        (
+            '{"format": "localspec-chat", "version": 1, "system": 5, "messages": []}',
+            "field 'system' is damaged (a int, not text)",
+        ),
+        (
+            '{"format": "localspec-chat", "version": 99, "messages": []}',
+            "saved by a newer localspec (chat file version 99",
+        ),
+        ('{"format": "localspec-chat", "version": "1", "messages": []}', "'version' is damaged"),
+    ],
+    ids=["deep", "system", "newer", "version-text"],
+)
+def test_damaged_chat_files_are_refused(tmp_path: Path, content: str, expected: str) -> None:
+    from localspec.errors import LocalspecError
+    from localspec.tui.session import ChatSession
+
+    path = tmp_path / "chat.json"
+    path.write_text(content)
+    with pytest.raises(LocalspecError, match=re.escape(expected)):
+        ChatSession.load(path)
+
+
+async def test_chat_exits_with_the_error_when_the_model_cannot_load(
+    tmp_path: Path, smollm_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A file that looks like a GGUF but that llama.cpp cannot load: the chat does not stay
+    open without a model, it exits and `localspec chat` prints the error (exit status 2)."""
+    from localspec.tui.app import ChatApp, ChatOptions
+
+    broken = tmp_path / "broken.gguf"
+    with smollm_path.open("rb") as src:
+        broken.write_bytes(src.read(3_000_000))
+    app = ChatApp(ChatOptions(target=str(broken)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        while app.is_running and app.load_error is None:
+            await pilot.pause(0.05)
+    assert app.return_code == 2 and app.load_error is not None
+    assert "truncated" in str(app.load_error)
