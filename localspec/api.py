@@ -27,7 +27,7 @@ from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
-from localspec.engine.costs import VerifyCost
+from localspec.engine.costs import VerifyCost, one_token_seconds
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
@@ -118,6 +118,7 @@ class Engine:
         self.draft_kind = draft_kind if draft is not None or mtp is not None else None
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
+        self._draft_step: float | None = None
         self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
 
     def verify_cost(self, n_max: int | None = None) -> VerifyCost:
@@ -129,6 +130,20 @@ class Engine:
                 self.target.trim(0)
             self._cost = VerifyCost.measure(self.target, size)
         return self._cost
+
+    def use_cost(self, cost: VerifyCost) -> None:
+        """Adopt the cost curve another Engine measured on the same target and machine
+        (probe loads one Engine per draft candidate: one calibration serves them all)."""
+        self._cost = cost
+
+    def draft_step_seconds(self) -> float | None:
+        """One draft-model step (draft-model, draft-self), measured once; None for drafters
+        without a model of their own (lookups, MTP heads)."""
+        if self.draft is None:
+            return None
+        if self._draft_step is None:
+            self._draft_step = one_token_seconds(self.draft)
+        return self._draft_step
 
     @classmethod
     def load(
@@ -157,6 +172,8 @@ class Engine:
         ngram = ngram or NgramParams()
         validate_ngram(ngram)
         target_path = resolve_model(target)
+        if n_threads is None:
+            n_threads = threads_now()
         if mode == "auto":
             mode, draft, spec = auto_choice(target_path, spec)
         draft_kind = neural_part(mode) if mode != "none" else None
@@ -356,6 +373,20 @@ class Engine:
 
 RANDOM_SEED = -1  # llama.cpp's convention: -1 asks for a random seed
 MAX_SEED = (1 << 64) - 1
+
+
+def threads_now() -> int:
+    """All physical cores, less those other processes keep busy (said when it is fewer)."""
+    from localspec.hardware import choose_threads, default_threads
+    from localspec.progress import status
+
+    threads, load = choose_threads()
+    if threads < default_threads():
+        status(
+            f"threads: {threads} of {default_threads()} cores (other processes keep "
+            f"{100 * load.others_share:.0f}% of the machine busy; -t sets it)"
+        )
+    return threads
 
 
 def validate_sampling(

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
 from localspec.lossless import compare
+from localspec.measure import CEILING_SLACK, shown
 from localspec.prompts import PromptCase
 
 
@@ -52,9 +53,14 @@ class Cell:
     draft_share: float
     exact_match: str | None  # at temperature 0: "identical", "near tie" or "DIVERGED"
     native_tokens_per_s: float | None = None
+    noise: tuple[str, ...] = ()  # why the cell's figure cannot be trusted (empty: it can)
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.noise)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "noise": list(self.noise), "noisy": self.noisy}
 
 
 def run_cells(
@@ -142,6 +148,18 @@ def summarise(runs: Sequence[Run]) -> list[Cell]:
     return cells
 
 
+def flag_noise(cells: Sequence[Cell], ceiling: float) -> list[Cell]:
+    """A median no drafting could reach on this machine is a measurement error (the machine
+    changed speed between a cell's runs and its plain runs): flag it, never report it plain."""
+    flagged = []
+    for c in cells:
+        if c.mode != "none" and c.speedup_median > ceiling * CEILING_SLACK:
+            reason = f"median {c.speedup_median:.2f}x above this machine's {ceiling:.2f}x ceiling"
+            c = replace(c, noise=(*c.noise, reason))
+        flagged.append(c)
+    return flagged
+
+
 def mean_positions(rows: Sequence[Sequence[float]]) -> list[float]:
     width = max((len(r) for r in rows), default=0)
     cols = [[r[i] for r in rows if i < len(r)] for i in range(width)]
@@ -162,7 +180,7 @@ def exact_match(runs: Sequence[Run], plain: dict[tuple[str, float, int], Run]) -
 
 def meaning(mode: str, cells: Sequence[Cell], ceiling: float | None) -> str:
     """One plain-language line per mode."""
-    mine = [c for c in cells if c.mode == mode]
+    mine = [c for c in cells if c.mode == mode and not c.noisy]
     if mode == "none" or not mine:
         return ""
     best = max(mine, key=lambda c: c.speedup_median)
@@ -217,7 +235,13 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
     plt.close(fig)
 
 
-def markdown(cells: Sequence[Cell], header: str) -> str:
+def speedup_text(c: Cell, ceiling: float) -> str:
+    if c.mode == "none":
+        return "1.00x"
+    return shown(c.speedup_median, c.speedup_min, c.speedup_max, c.noisy, ceiling)
+
+
+def markdown(cells: Sequence[Cell], header: str, ceiling: float) -> str:
     lines = [
         header,
         "",
@@ -229,7 +253,7 @@ def markdown(cells: Sequence[Cell], header: str) -> str:
         native = f"{c.native_tokens_per_s:.1f}" if c.native_tokens_per_s else "-"
         lines.append(
             f"| {c.mode} | {c.kind} | {c.temperature:g} | {c.tokens_per_s_median:.1f} | "
-            f"{c.speedup_median:.2f}x ({c.speedup_min:.2f}-{c.speedup_max:.2f}) | "
+            f"{speedup_text(c, ceiling)} | "
             f"{100 * c.acceptance_rate:.0f}% | {c.mean_acceptance_length:.2f} | "
             f"{100 * c.draft_share:.0f}% | {c.exact_match or '-'} | {native} |"
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from localspec import argtypes as at
 from localspec.errors import LocalspecError
+from localspec.interrupts import install_interrupt_handler
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -230,6 +231,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="prompt kinds (code-edit,code,qa,summary,creative,french) or a file",
     )
     probe.add_argument("--lengths", default="4,8,16", help="draft lengths to try")
+    probe.add_argument(
+        "--modes",
+        default="ngram-simple,draft-self,draft-mtp,draft-model",
+        help="what to measure (default: every mode the target supports and every draft)",
+    )
+    probe.add_argument(
+        "--repeat",
+        type=at.integer(2, 50),
+        default=4,
+        help="speculative runs per configuration and prompt at most, each between two plain "
+        "runs (default 4; at least 2 are always made, more while their spread is wide)",
+    )
+    probe.add_argument(
+        "--budget",
+        type=at.real(1.0, 86400.0),
+        default=150.0,
+        metavar="SECONDS",
+        help="time for repeats beyond the first two (default 150)",
+    )
     probe.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
     probe.add_argument("--temp", type=at.temperature, default=0.0, help="temperature")
     probe.add_argument("-s", "--seed", type=at.seed, default=0, help="seed for sampling")
@@ -331,6 +351,7 @@ def _command(name: str):  # type: ignore[no-untyped-def]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    install_interrupt_handler()
     try:
         return int(args.handler(args) or 0)
     except LocalspecError as exc:

@@ -2,9 +2,11 @@
 this machine, for these kinds of prompt.
 
 Every configuration (a compatible draft model at a few draft lengths, the draftless modes)
-is measured against plain decoding of the same target, prompt by prompt, in one run, plain
-and speculative back to back so machine noise hits both alike. Speedups are aggregated by
-geometric mean over prompts (a ratio of speeds), overall and per prompt kind.
+is measured against plain decoding of the same target, prompt by prompt, with the protocol
+of ``measure.py``: each speculative run sandwiched between plain runs, repeated while the
+spread is wide and the time budget allows, checked against this machine's ceiling, and
+shown beside a speedup predicted from acceptance and the calibrated cost curves. Speedups
+are aggregated by geometric mean over prompts (a ratio of speeds), overall and per kind.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -20,11 +23,24 @@ from pathlib import Path
 
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
+from localspec.engine.stats import Stats
+from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path
+from localspec.measure import (
+    MIN_PAIRS,
+    Budget,
+    Pair,
+    Verdict,
+    judge,
+    needs_more,
+    predicted_speedup,
+)
+from localspec.modes import LOOKUP_MODES
 from localspec.prompts import PromptCase
 from localspec.sources import cache_dir
 
 WORTH_IT = 1.03  # below this mean speedup, speculation is not worth recommending
+MAX_PAIRS = 4  # default --repeat: speculative runs per (configuration, prompt) at most
 
 # Draftless modes probe measures (when the target supports them: draft-mtp needs NextN layers).
 MEASURABLE_DRAFTLESS = ("ngram-simple", "draft-self", "draft-mtp")
@@ -44,29 +60,44 @@ class ProbeConfig:
 
 @dataclass(frozen=True)
 class Measurement:
+    """One configuration on one prompt: its pairs of runs and what they say."""
+
     config: ProbeConfig
     prompt: str
     kind: str
-    tokens_per_s: float
-    plain_tokens_per_s: float
+    pairs: tuple[Pair, ...]
+    verdict: Verdict
     acceptance_rate: float
     mean_acceptance_length: float
     acceptance_per_position: tuple[float, ...]
 
     @property
     def speedup(self) -> float:
-        return self.tokens_per_s / self.plain_tokens_per_s if self.plain_tokens_per_s else 0.0
+        return self.verdict.best
+
+    @property
+    def tokens_per_s(self) -> float:
+        return statistics.median(p.speculative for p in self.pairs)
+
+    @property
+    def plain_tokens_per_s(self) -> float:
+        return statistics.median(p.plain for p in self.pairs)
 
 
 @dataclass(frozen=True)
 class Ranked:
     config: ProbeConfig
-    speedup: float  # geometric mean over prompts
+    speedup: float  # geometric mean over prompts of each cell's trusted figure
     by_kind: dict[str, float]
     acceptance_rate: float
     mean_acceptance_length: float
     tokens_per_s: float
     plain_tokens_per_s: float
+    measured: float = 0.0  # geometric mean of the measured medians
+    low: float = 0.0  # ... of the spreads' ends
+    high: float = 0.0
+    predicted: float | None = None
+    noisy: bool = False  # some cell could not be measured reliably
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -81,34 +112,90 @@ def measure(
     n_tokens: int,
     temperature: float,
     seed: int = 0,
+    max_pairs: int = MAX_PAIRS,
+    budget: Budget | None = None,
 ) -> Iterator[Measurement]:
-    """For each prompt: plain decoding, then each configuration, back to back."""
+    """For each prompt and configuration: plain, speculative, plain, speculative, plain...
+    (the plain run closing one pair opens the next), at least two pairs, more while the
+    ratios spread wide and the budget allows."""
     gen = dict(chat=True, max_tokens=n_tokens, temperature=temperature, seed=seed)
+    ceiling = engine.verify_cost().ceiling()
+    draft_step = engine.draft_step_seconds()
+
+    def plain_speed(case: PromptCase) -> float:
+        return engine.generate(case.text, mode="none", **gen).stats.tokens_per_s  # type: ignore[arg-type]
+
     for case in prompts:
-        plain = engine.generate(case.text, mode="none", **gen)  # type: ignore[arg-type]
+        before = plain_speed(case)
         for config in configs:
             spec = SpecConfig(n_max=config.n_max, adaptive=False)
-            r = engine.generate(case.text, mode=config.mode, spec=spec, **gen)  # type: ignore[arg-type]
-            s = r.stats
-            yield Measurement(
-                config,
-                case.name,
-                case.kind,
-                s.tokens_per_s,
-                plain.stats.tokens_per_s,
-                s.acceptance_rate,
-                s.mean_acceptance_length,
-                s.acceptance_per_position,
-            )
+            pairs: list[Pair] = []
+            runs: list[Stats] = []
+            predicted = None
+            while _another(pairs, max_pairs, predicted, budget):
+                r = engine.generate(case.text, mode=config.mode, spec=spec, **gen)  # type: ignore[arg-type]
+                after = plain_speed(case)
+                pairs.append(Pair(before, r.stats.tokens_per_s, after))
+                runs.append(r.stats)
+                before = after
+                predicted = predicted_speedup(
+                    runs[0], engine.verify_cost(), _draft_step(config, runs[0], draft_step)
+                )
+            if budget is not None:
+                budget.cell_done()
+            yield cell(config, case, pairs, runs, ceiling, predicted)
+
+
+def _another(
+    pairs: Sequence[Pair], max_pairs: int, predicted: float | None, budget: Budget | None
+) -> bool:
+    if len(pairs) < MIN_PAIRS:
+        return True
+    return needs_more(pairs, max_pairs, predicted) and (budget is None or budget.allows_more())
+
+
+def _draft_step(config: ProbeConfig, stats: Stats, calibrated: float | None) -> float:
+    """Seconds per draft step: nothing for a lookup, the calibrated step of a draft model,
+    else what the run itself measured."""
+    if config.mode in LOOKUP_MODES:
+        return 0.0
+    if calibrated is not None:
+        return calibrated
+    steps = stats.drafted + stats.verifications
+    return stats.draft_ms / 1000 / steps if steps else 0.0
+
+
+def cell(
+    config: ProbeConfig,
+    case: PromptCase,
+    pairs: Sequence[Pair],
+    runs: Sequence[Stats],
+    ceiling: float,
+    predicted: float | None,
+) -> Measurement:
+    first = runs[0]
+    return Measurement(
+        config,
+        case.name,
+        case.kind,
+        tuple(pairs),
+        judge(pairs, ceiling, predicted),
+        statistics.fmean(s.acceptance_rate for s in runs),
+        statistics.fmean(s.mean_acceptance_length for s in runs),
+        first.acceptance_per_position,
+    )
 
 
 def rank(measurements: Sequence[Measurement]) -> list[Ranked]:
+    """By trusted speedup: the measured one where the measurements agree, else the
+    prediction from acceptance and the calibrated costs (see ``measure.Verdict.best``)."""
     by_config: dict[ProbeConfig, list[Measurement]] = {}
     for m in measurements:
         by_config.setdefault(m.config, []).append(m)
     ranked = []
     for config, ms in by_config.items():
         kinds = sorted({m.kind for m in ms})
+        predictions = [m.verdict.predicted for m in ms]
         ranked.append(
             Ranked(
                 config=config,
@@ -118,9 +205,16 @@ def rank(measurements: Sequence[Measurement]) -> list[Ranked]:
                 mean_acceptance_length=sum(m.mean_acceptance_length for m in ms) / len(ms),
                 tokens_per_s=sum(m.tokens_per_s for m in ms) / len(ms),
                 plain_tokens_per_s=sum(m.plain_tokens_per_s for m in ms) / len(ms),
+                measured=geomean([m.verdict.measured for m in ms]),
+                low=geomean([m.verdict.low for m in ms]),
+                high=geomean([m.verdict.high for m in ms]),
+                predicted=None if None in predictions else geomean(predictions),  # type: ignore[arg-type]
+                noisy=any(m.verdict.noisy for m in ms),
             )
         )
-    return sorted(ranked, key=lambda r: r.speedup, reverse=True)
+    # a noisy configuration is ranked by its prediction; one with no prediction, only by a
+    # noisy measurement, never above a figure that can be trusted
+    return sorted(ranked, key=lambda r: (r.noisy and r.predicted is None, -r.speedup))
 
 
 def best_per_config_family(ranking: Sequence[Ranked]) -> list[Ranked]:
@@ -140,7 +234,13 @@ def recommendation(ranking: Sequence[Ranked]) -> str:
         return "nothing could be measured"
     best = ranking[0]
     lines = []
-    if best.speedup >= WORTH_IT:
+    if best.noisy:
+        lines.append(
+            "no configuration could be measured reliably (the machine was too busy): the "
+            f"best estimate is {best.config.label} at {best.speedup:.2f}x; rerun when the "
+            "machine is quieter, or give it more time with --budget"
+        )
+    elif best.speedup >= WORTH_IT:
         lines.append(f"use {best.config.label}: {best.speedup:.2f}x plain decoding overall")
     else:
         lines.append(
@@ -173,20 +273,12 @@ def probe_file(target: Path) -> Path:
 
 def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measurement]) -> Path:
     dest = probe_file(target)
-    best = ranking[0] if ranking else None
     data = {
         "target": str(target),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "winner": {**asdict(best.config), "speedup": best.speedup} if best else None,
+        "winner": ranked_dict(ranking[0]) if ranking else None,
         "ranking": [ranked_dict(r) for r in ranking],
-        "measurements": [
-            {
-                **asdict(m.config),
-                **{k: v for k, v in asdict(m).items() if k != "config"},
-                "speedup": m.speedup,
-            }
-            for m in measurements
-        ],
+        "measurements": [measurement_dict(m) for m in measurements],
     }
     with atomic_path(dest) as tmp:
         tmp.write_text(json.dumps(data, indent=2))
@@ -194,8 +286,22 @@ def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measure
 
 
 def measurement_dict(m: Measurement) -> dict[str, object]:
-    fields = {k: v for k, v in asdict(m).items() if k != "config"}
-    return {"config": m.config.label, **asdict(m.config), **fields, "speedup": round(m.speedup, 3)}
+    return {
+        "config": m.config.label,
+        **asdict(m.config),
+        "prompt": m.prompt,
+        "kind": m.kind,
+        **m.verdict.to_dict(),
+        "runs": [
+            [round(p.plain_before, 2), round(p.speculative, 2), round(p.plain_after, 2)]
+            for p in m.pairs
+        ],
+        "tokens_per_s": round(m.tokens_per_s, 2),
+        "plain_tokens_per_s": round(m.plain_tokens_per_s, 2),
+        "acceptance_rate": round(m.acceptance_rate, 4),
+        "mean_acceptance_length": round(m.mean_acceptance_length, 3),
+        "acceptance_per_position": [round(a, 4) for a in m.acceptance_per_position],
+    }
 
 
 def ranked_dict(r: Ranked) -> dict[str, object]:
@@ -203,6 +309,10 @@ def ranked_dict(r: Ranked) -> dict[str, object]:
         "config": r.config.label,
         **asdict(r.config),
         "speedup": round(r.speedup, 3),
+        "measured": round(r.measured, 3),
+        "spread": [round(r.low, 3), round(r.high, 3)],
+        "predicted": None if r.predicted is None else round(r.predicted, 3),
+        "noisy": r.noisy,
         "by_kind": {k: round(v, 3) for k, v in r.by_kind.items()},
         "acceptance_rate": round(r.acceptance_rate, 4),
         "mean_acceptance_length": round(r.mean_acceptance_length, 3),
@@ -213,14 +323,23 @@ def ranked_dict(r: Ranked) -> dict[str, object]:
 
 def saved_choice(target: Path) -> ProbeConfig | None:
     """The saved winner for this target, ``ProbeConfig('none', 0)`` when the probe found
-    that speculation does not pay here, or None when no probe was saved."""
+    that speculation does not pay here, or None when no probe was saved. A winner that was
+    measured on a machine too busy to trust is refused."""
     try:
         data = json.loads(probe_file(target).read_text())
     except (OSError, ValueError):
         return None
-    winner = data.get("winner")
-    if not winner:
+    winner = data.get("winner") if isinstance(data, dict) else None
+    if not isinstance(winner, dict):
         return None
+    if winner.get("noisy"):
+        raise LocalspecError(
+            f"--mode auto: the saved probe of {target.name} could not measure its winner "
+            f"reliably (the machine was busy; {winner.get('config', '?')} at "
+            f"{winner.get('speedup', 0):.2f}x is only an estimate)",
+            f"rerun `localspec probe {target} --save` when the machine is quieter, "
+            "or choose a --mode",
+        )
     if winner.get("speedup", 0) < WORTH_IT:
         return ProbeConfig("none", 0)
     return ProbeConfig(winner["mode"], int(winner["n_max"]), winner.get("draft"))

@@ -3,6 +3,7 @@ here, since the hub is unreachable), loaded once per session."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def qwen_self_draft(qwen_path: Path) -> Iterator[Engine]:
 
 @pytest.fixture(scope="session")
 def qwen_pair(qwen_f16_path: Path, qwen_path: Path) -> Iterator[Engine]:
-    """The draft-model pair of the issue: F16 target, Q4_K_M draft."""
+    """A draft-model pair: F16 target, Q4_K_M draft."""
     with Engine.load(qwen_f16_path, draft=qwen_path) as engine:
         yield engine
 
@@ -62,3 +63,40 @@ def qwen_cpu_pair(qwen_f16_path: Path, qwen_q4_0_path: Path) -> Iterator[Engine]
     """The F16 target with the pure-Q4_0 draft that llama.cpp runs with repacked kernels."""
     with Engine.load(qwen_f16_path, draft=qwen_q4_0_path) as engine:
         yield engine
+
+
+SMOLLM_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+@pytest.fixture
+def derived_env(tmp_path: Path, smollm_path: Path) -> dict[str, str]:
+    """A catalog with the SmolLM2 file (already in the cache) and a Q8_0 derivation of it."""
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / smollm_path.name).symlink_to(smollm_path)
+    catalog = tmp_path / "models.toml"
+    catalog.write_text(
+        f"""default_model = "smol"
+
+[[model]]
+name = "smol"
+repo = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+file = "{smollm_path.name}"
+sha256 = "{SMOLLM_SHA}"
+size = {smollm_path.stat().st_size}
+
+[[model]]
+name = "smol-q8"
+derive = {{ from = "smol", ftype = "Q8_0" }}
+"""
+    )
+    return {
+        **os.environ,
+        "LOCALSPEC_CATALOG": str(catalog),
+        "LOCALSPEC_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def derived_dir(env: dict[str, str]) -> Path:
+    return Path(env["LOCALSPEC_CACHE"]) / "derived"

@@ -12,42 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from localspec.fileops import atomic_path, remove_stale_scratch, scratch_dir
 from localspec.fileops import intact_file as intact
-
-SMOLLM_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-@pytest.fixture
-def derived_env(tmp_path: Path, smollm_path: Path) -> dict[str, str]:
-    """A catalog with the SmolLM2 file (already in the cache) and a Q8_0 derivation of it."""
-    cache = tmp_path / "cache"
-    (cache / "models").mkdir(parents=True)
-    (cache / "models" / smollm_path.name).symlink_to(smollm_path)
-    catalog = tmp_path / "models.toml"
-    catalog.write_text(
-        f"""default_model = "smol"
-
-[[model]]
-name = "smol"
-repo = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
-file = "{smollm_path.name}"
-sha256 = "{SMOLLM_SHA}"
-size = {smollm_path.stat().st_size}
-
-[[model]]
-name = "smol-q8"
-derive = {{ from = "smol", ftype = "Q8_0" }}
-"""
-    )
-    return {
-        **os.environ,
-        "LOCALSPEC_CATALOG": str(catalog),
-        "LOCALSPEC_CACHE": str(cache),
-        "HF_HUB_OFFLINE": "1",
-    }
+from tests.conftest import derived_dir
 
 
 def localspec(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -58,10 +25,6 @@ def localspec(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
         env=env,
         timeout=600,
     )
-
-
-def derived_dir(env: dict[str, str]) -> Path:
-    return Path(env["LOCALSPEC_CACHE"]) / "derived"
 
 
 def test_a_killed_derivation_is_cleaned_up_and_redone(derived_env) -> None:  # type: ignore[no-untyped-def]

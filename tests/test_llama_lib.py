@@ -1,7 +1,12 @@
-"""Ctrl-C inside a llama.cpp callback is kept and re-raised once the C call returns."""
+"""Ctrl-C while llama.cpp calls back into Python is kept and raised once the C call returns;
+anywhere else it is an ordinary KeyboardInterrupt."""
+
+import signal
+import sys
 
 import pytest
 
+from localspec import interrupts
 from localspec.engine import llama_lib
 
 
@@ -14,5 +19,34 @@ def test_ctrl_c_inside_the_log_callback_is_not_lost(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(llama_lib, "_recent", InterruptingDeque())
     llama_lib._log_callback(2, b"llama_model_loader: loading\n", None)  # through ctypes
     with pytest.raises(KeyboardInterrupt):
-        llama_lib.raise_deferred_interrupt()
-    llama_lib.raise_deferred_interrupt()  # raised once, then cleared
+        interrupts.raise_deferred_interrupt()
+    interrupts.raise_deferred_interrupt()  # raised once, then cleared
+
+
+def test_the_handler_defers_only_inside_callbacks() -> None:
+    @interrupts.llama_callback
+    def callback() -> object:
+        return helper()
+
+    def helper() -> object:  # a frame below a callback counts as inside it
+        return sys._getframe()
+
+    interrupts.on_sigint(signal.SIGINT, callback())  # type: ignore[arg-type]
+    assert interrupts.interrupt_pending()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_deferred_interrupt()
+    with pytest.raises(KeyboardInterrupt):  # elsewhere: raised at once
+        interrupts.on_sigint(signal.SIGINT, sys._getframe())
+    assert not interrupts.interrupt_pending()
+
+
+def test_the_handler_keeps_an_ignored_sigint_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        interrupts.install_interrupt_handler()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        interrupts.install_interrupt_handler()
+        assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint
+    finally:
+        signal.signal(signal.SIGINT, previous)

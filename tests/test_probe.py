@@ -15,6 +15,7 @@ import pytest
 from localspec import Engine
 from localspec.cli import main
 from localspec.errors import LocalspecError
+from localspec.measure import Pair, judge
 from localspec.probe import (
     Measurement,
     ProbeConfig,
@@ -125,6 +126,8 @@ def test_ctrl_c_prints_partial_results(qwen_path: Path, tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # a suite started from a background job hands its children an ignored SIGINT
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     lines = []
@@ -140,7 +143,8 @@ def test_ctrl_c_prints_partial_results(qwen_path: Path, tmp_path: Path) -> None:
 
 
 def fake(config: ProbeConfig, kind: str, speed: float) -> Measurement:
-    return Measurement(config, f"p-{kind}", kind, speed, 10.0, 0.5, 2.0, (0.5,))
+    pairs = (Pair(10.0, speed, 10.0), Pair(10.0, speed, 10.0))
+    return Measurement(config, f"p-{kind}", kind, pairs, judge(pairs, 10.0, None), 0.5, 2.0, (0.5,))
 
 
 def test_rank_uses_geometric_means_and_recommends_honestly() -> None:

@@ -18,6 +18,7 @@ from localspec.commands.run import engine_options
 from localspec.commands.run import spec_for as run_spec_for
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path, check_output_path
+from localspec.hardware import machine_load
 from localspec.prompts import select_prompts
 
 
@@ -58,7 +59,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
     console = Console(stderr=True)
+    machine = machine_load()
+    console.print(machine.describe())
     native_error = None
+    interrupted = False
     with Engine.load(**options) as engine:
         ceiling = engine.verify_cost().ceiling()
         runs = []
@@ -66,22 +70,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cells_run = bench.run_cells(
             engine, modes, prompts, temps, args.n_predict, args.repeat, spec_for=spec_for
         )
-        for run in cells_run:
-            console.print(
-                f"  [{run.repeat + 1}/{args.repeat}] {run.mode:13} {run.prompt:18} "
-                f"T={run.temperature:g} {run.tokens_per_s:6.1f} tok/s"
-            )
-            runs.append(run)
-        cells = bench.summarise(runs)
-        if args.native:
+        try:
+            for run in cells_run:
+                console.print(
+                    f"  [{run.repeat + 1}/{args.repeat}] {run.mode:13} {run.prompt:18} "
+                    f"T={run.temperature:g} {run.tokens_per_s:6.1f} tok/s"
+                )
+                runs.append(run)
+        except KeyboardInterrupt:
+            interrupted = True
+            console.print("[yellow]interrupted: the runs so far follow[/]")
+        cells = bench.flag_noise(bench.summarise(runs), ceiling)
+        if args.native and not interrupted:
             try:
                 cells = with_native(args, engine, cells, prompts, options)
             except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
                 native_error = exc
-    report(args, console, cells, ceiling, engine.target_path.name)
+    report(args, console, cells, ceiling, engine.target_path.name, machine)
     if native_error is not None:
         raise LocalspecError(f"the native runs failed: {native_error.message}", native_error.hint)
-    return 0
+    return 130 if interrupted else 0
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -114,7 +122,7 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
         engine.target_path,
         engine.draft.path if engine.draft else None,
         args.n_predict,
-        args.threads or default_threads(),
+        engine.target.options.n_threads or default_threads(),
         options["n_ctx"],
         options["spec"].n_max,
     )
@@ -138,10 +146,11 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
     return out
 
 
-def report(args, console, cells, ceiling, model) -> None:  # type: ignore[no-untyped-def]
+def report(args, console, cells, ceiling, model, machine) -> None:  # type: ignore[no-untyped-def]
     header = (
         f"localspec bench: {model}, {args.n_predict} tokens, {args.repeat} repeat(s), "
-        f"{platform.machine()} {platform.processor() or ''}, ceiling {ceiling:.2f}x"
+        f"{platform.machine()} {platform.processor() or ''}, ceiling {ceiling:.2f}x, "
+        f"machine {'busy' if machine.busy else 'quiet'}"
     )
     table = Table(title=header)
     for col in (
@@ -167,7 +176,7 @@ def report(args, console, cells, ceiling, model) -> None:  # type: ignore[no-unt
             c.kind,
             f"{c.temperature:g}",
             f"{c.tokens_per_s_median:.1f}",
-            f"{c.speedup_median:.2f}x ({c.speedup_min:.2f}-{c.speedup_max:.2f})",
+            bench.speedup_text(c, ceiling),
             f"{100 * c.acceptance_rate:.0f}%",
             f"{c.mean_acceptance_length:.2f}",
             f"{100 * c.draft_share:.0f}%",
@@ -183,6 +192,12 @@ def report(args, console, cells, ceiling, model) -> None:  # type: ignore[no-unt
     ]
     for line in meanings:
         console.print(f"  {line}")
+    for c in cells:
+        if c.noisy:
+            console.print(
+                f"  [yellow]noisy[/]: {c.mode} {c.kind} T={c.temperature:g}: {'; '.join(c.noise)}"
+            )
+    console.print(f"  {machine.describe()}")
     if args.json:
         write_text(
             args.json,
@@ -192,6 +207,7 @@ def report(args, console, cells, ceiling, model) -> None:  # type: ignore[no-unt
                     "n_tokens": args.n_predict,
                     "repeat": args.repeat,
                     "ceiling": ceiling,
+                    "machine": machine.to_dict(),
                     "cells": [c.to_dict() for c in cells],
                     "meaning": meanings,
                 },
@@ -201,7 +217,7 @@ def report(args, console, cells, ceiling, model) -> None:  # type: ignore[no-unt
     if args.markdown:
         write_text(
             args.markdown,
-            bench.markdown(cells, f"**{header}**")
+            bench.markdown(cells, f"**{header}**", ceiling)
             + "\n"
             + "\n".join(f"- {m}" for m in meanings)
             + "\n",
@@ -215,16 +231,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import psutil
 
     from localspec.api import Engine
-    from localspec.hardware import default_threads
+    from localspec.hardware import threads_for
 
     mem = psutil.virtual_memory()
     console = Console()
+    load = machine_load()
+    args.threads = args.threads or threads_for(load)
     console.print(
         f"machine: {platform.machine()}, {psutil.cpu_count(logical=False)} physical / "
-        f"{psutil.cpu_count()} logical cores, threads used: "
-        f"{args.threads or default_threads()}"
+        f"{psutil.cpu_count()} logical cores, threads used: {args.threads}"
     )
     console.print(f"memory: {mem.total / 2**30:.1f} GiB, {mem.available / 2**30:.1f} GiB free")
+    console.print(load.describe())
     console.print(
         f"llama-cpp-python {llama_cpp.__version__}; GPU offload "
         f"{'available' if llama_cpp.llama_supports_gpu_offload() else 'not built in (CPU)'}"

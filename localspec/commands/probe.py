@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -16,8 +19,10 @@ from localspec.catalog import load_catalog
 from localspec.commands.pairs import Candidate, gather_candidates, judge, unique
 from localspec.errors import LocalspecError
 from localspec.gguf_info import gguf_info
+from localspec.hardware import MachineLoad, machine_load
+from localspec.measure import Budget, shown
 from localspec.pairing import draftless_modes
-from localspec.prompts import select_prompts
+from localspec.prompts import PromptCase, select_prompts
 from localspec.sources import resolve_model
 
 
@@ -33,40 +38,67 @@ def parse_lengths(text: str) -> list[int]:
     return lengths
 
 
+@dataclass
+class ProbeRun:
+    """Everything a probe found, for the report."""
+
+    target: Path
+    machine: MachineLoad
+    measurements: list[probe.Measurement] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ceiling: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def ranking(self) -> list[probe.Ranked]:
+        return probe.rank(self.measurements)
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     prompts = select_prompts(args.prompts)
     lengths = parse_lengths(args.lengths)
+    wanted = parse_modes(args.modes)
     catalog = load_catalog()
     target = resolve_model(args.target, catalog)
     info = gguf_info(target)
     args.scan = args.scan or []
-    candidates, notes = gather_candidates(args, catalog)
+    candidates, notes = gather_candidates(args, catalog) if "draft-model" in wanted else ([], [])
     rows = judge(target, unique(candidates, target), args.ctx_size)
     compatible = [c for c, v, _ in rows if v is not None and v.compatible]
-    rejected = [
+    draftless = [
+        m
+        for m, ok, _ in draftless_modes(info)
+        if ok and m in probe.MEASURABLE_DRAFTLESS and m in wanted
+    ]
+    console = Console(stderr=args.json)
+    run = ProbeRun(target, machine_load(), notes=notes)
+    run.rejected = [
         (c.label, "; ".join(v.reasons) if v else (problem or "unreadable"))
         for c, v, problem in rows
         if v is None or not v.compatible
     ]
-    draftless = [m for m, ok, _ in draftless_modes(info) if ok and m in probe.MEASURABLE_DRAFTLESS]
-    unavailable = [
+    run.unavailable = [
         (m, why if not ok else "not measurable in this version of localspec")
         for m, ok, why in draftless_modes(info)
-        if m not in draftless
+        if m not in draftless and m in wanted
     ]
-    console = Console(stderr=args.json)
-    measurements: list[probe.Measurement] = []
+    console.print(run.machine.describe())
     interrupted = False
     try:
-        for m in run_all(args, target, draftless, compatible, prompts, lengths, console):
-            measurements.append(m)
+        for m in run_all(args, run, draftless, compatible, prompts, lengths, console):
+            run.measurements.append(m)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]interrupted: partial results follow[/]")
-    ranking = probe.rank(measurements)
-    report(args, console, target, ranking, measurements, rejected, unavailable, notes)
+    ranking = run.ranking
+    report(args, console, run)
     if args.save and ranking and not interrupted:
-        console.print(f"saved for --mode auto: {probe.save(target, ranking, measurements)}")
+        saved = probe.save(target, ranking, run.measurements)
+        console.print(f"saved for --mode auto: {saved}")
+        if ranking[0].noisy:
+            console.print("[yellow]the winner is noisy: --mode auto will not use it[/]")
     if args.export and ranking:
         print(
             probe.export_command(
@@ -80,82 +112,124 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
+def parse_modes(text: str) -> set[str]:
+    modes = {m.strip() for m in text.split(",") if m.strip()}
+    known = {*probe.MEASURABLE_DRAFTLESS, "draft-model"}
+    if not modes or modes - known:
+        raise LocalspecError(
+            f"--modes {text!r}: unknown mode(s) {', '.join(sorted(modes - known)) or '(none)'}",
+            f"choose among {', '.join(sorted(known))}",
+        )
+    return modes
+
+
 def run_all(
-    args,
-    target: Path,
+    args: argparse.Namespace,
+    run: ProbeRun,
     draftless: list[str],
     compatible: list[Candidate],
-    prompts,
-    lengths,  # type: ignore[no-untyped-def]
+    prompts: list[PromptCase],
+    lengths: list[int],
     console: Console,
-):
-    gen = dict(n_tokens=args.n_predict, temperature=args.temp, seed=args.seed)
+) -> Iterator[probe.Measurement]:
+    n_cells = (len(draftless) + len(compatible)) * len(lengths) * len(prompts)
+    budget = Budget(args.budget, n_cells)
+    gen = dict(
+        n_tokens=args.n_predict,
+        temperature=args.temp,
+        seed=args.seed,
+        max_pairs=args.repeat,
+        budget=budget,
+    )
     options = dict(n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     console.print(
-        f"probing {target.name}: {len(prompts)} prompt(s), {args.n_predict} tokens, "
-        f"draft lengths {lengths}"
+        f"probing {run.target.name}: {len(prompts)} prompt(s), {args.n_predict} tokens, "
+        f"draft lengths {lengths}, {args.repeat} runs at most per cell, budget {args.budget:g} s"
     )
-    for mode in draftless:  # draft-self derives its draft on first use (printed)
-        with Engine.load(target, mode=mode, **options) as engine:
-            configs = [probe.ProbeConfig(mode, n) for n in lengths]
-            yield from announce(probe.measure(engine, configs, prompts, **gen), console)
-    for c in compatible:
-        assert c.path is not None
+    engines = [(mode, None) for mode in draftless] + [("draft-model", c.path) for c in compatible]
+    cost = None
+    for mode, draft in engines:  # draft-self derives its draft on first use (printed)
         with Engine.load(
-            target, draft=c.path, n_gpu_layers_draft=args.gpu_layers_draft, **options
+            run.target, draft, mode, n_gpu_layers_draft=args.gpu_layers_draft, **options
         ) as engine:
-            configs = [probe.ProbeConfig("draft-model", n, str(c.path)) for n in lengths]
-            yield from announce(probe.measure(engine, configs, prompts, **gen), console)
+            if cost is None:  # one calibration of the target serves every engine
+                cost = engine.verify_cost(max(lengths))
+                run.ceiling = cost.ceiling()
+                console.print(f"ceiling of this machine: {run.ceiling:.2f}x")
+            engine.use_cost(cost)
+            configs = [probe.ProbeConfig(mode, n, str(draft) if draft else None) for n in lengths]
+            for m in probe.measure(engine, configs, prompts, **gen):  # type: ignore[arg-type]
+                announce(m, run.ceiling, console)
+                yield m
 
 
-def announce(measurements, console: Console):  # type: ignore[no-untyped-def]
-    for m in measurements:
-        console.print(
-            f"  {m.config.label:40} {m.prompt:18} {m.speedup:5.2f}x "
-            f"(accept {100 * m.acceptance_rate:.0f}%)"
-        )
-        yield m
+def announce(m: probe.Measurement, ceiling: float, console: Console) -> None:
+    v = m.verdict
+    predicted = f", predicted {v.predicted:.2f}x" if v.predicted is not None else ""
+    console.print(
+        f"  {m.config.label} on {m.prompt}: "
+        f"{shown(v.measured, v.low, v.high, v.noisy, ceiling)}{predicted} "
+        f"(accept {100 * m.acceptance_rate:.0f}%, {v.n_pairs} runs)"
+        + (f" [yellow]{'; '.join(v.reasons)}[/]" if v.noisy else ""),
+        highlight=False,
+    )
 
 
-def report(args, console, target, ranking, measurements, rejected, unavailable, notes) -> None:  # type: ignore[no-untyped-def]
+def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
+    ranking = run.ranking
     best = probe.best_per_config_family(ranking)
+    elapsed = time.monotonic() - run.started
     if args.json:
         print(
             json.dumps(
                 {
-                    "target": str(target),
+                    "target": str(run.target),
+                    "machine": run.machine.to_dict(),
+                    "ceiling": round(run.ceiling, 3),
+                    "seconds": round(elapsed, 1),
                     "ranking": [probe.ranked_dict(r) for r in best],
                     "all_lengths": [probe.ranked_dict(r) for r in ranking],
-                    "measurements": [probe.measurement_dict(m) for m in measurements],
-                    "incompatible": [{"candidate": c, "why": why} for c, why in rejected],
-                    "unavailable_modes": [{"mode": m, "why": why} for m, why in unavailable],
+                    "measurements": [probe.measurement_dict(m) for m in run.measurements],
+                    "incompatible": [{"candidate": c, "why": why} for c, why in run.rejected],
+                    "unavailable_modes": [{"mode": m, "why": why} for m, why in run.unavailable],
                     "recommendation": probe.recommendation(ranking),
-                    "notes": notes,
+                    "notes": run.notes,
                 },
                 indent=2,
             )
         )
         return
-    table = Table(title=f"probe: {target.name} (speedup vs plain decoding, same run)")
-    kinds = sorted({m.kind for m in measurements})
-    for col in ("rank", "configuration", "speedup", *kinds, "accept", "L", "tok/s"):
-        table.add_column(col)
+    table = Table(
+        title=f"probe: {run.target.name} (speedup vs plain decoding, same run; "
+        f"ceiling {run.ceiling:.2f}x)"
+    )
+    kinds = sorted({m.kind for m in run.measurements})
+    table.add_column("#")
+    table.add_column("configuration", no_wrap=True)
+    for col in ("speedup", "measured (min-max)", "predicted", *kinds, "accept", "L"):
+        table.add_column(col, overflow="fold")
     for i, r in enumerate(best, 1):
         table.add_row(
             str(i),
             r.config.label,
             f"{r.speedup:.2f}x",
+            shown(r.measured, r.low, r.high, r.noisy, run.ceiling),
+            f"{r.predicted:.2f}x" if r.predicted is not None else "-",
             *[f"{r.by_kind.get(k, 0):.2f}x" for k in kinds],
             f"{100 * r.acceptance_rate:.0f}%",
             f"{r.mean_acceptance_length:.2f}",
-            f"{r.tokens_per_s:.1f}",
         )
     console.print(table)
-    for c, why in rejected:
+    console.print(
+        "speedup: the measured median where it is reliable, else the prediction "
+        "(noisy rows rank below reliable ones)"
+    )
+    for c, why in run.rejected:
         console.print(f"[red]not usable[/]: {c}: {why}")
-    for m, why in unavailable:
+    for m, why in run.unavailable:
         console.print(f"[dim]not measured[/]: {m}: {why}")
-    for note in notes:
+    for note in run.notes:
         console.print(f"note: {note}")
     console.print(f"[bold]recommendation[/]: {probe.recommendation(ranking)}")
+    console.print(f"probe took {elapsed:.0f} s; {run.machine.describe()}")
     sys.stdout.flush()

@@ -23,14 +23,15 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine.llama_lib import (
-    defer_interrupt,
-    ensure_initialised,
-    raise_deferred_interrupt,
-    recent_log,
-)
+from localspec.engine.llama_lib import ensure_initialised, recent_log
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
+from localspec.interrupts import (
+    defer_interrupt,
+    interrupt_pending,
+    llama_callback,
+    raise_deferred_interrupt,
+)
 from localspec.progress import status
 from localspec.vocab import Vocab
 
@@ -93,9 +94,9 @@ class Backend:
     ) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
         # Kept in a local until the load returns: ctypes must not free the callback early.
-        callback = _progress_callback(progress) if progress is not None else None
-        if callback is not None:
-            params.progress_callback = callback
+        # always set: it is how Ctrl-C stops a load (a large model takes a while)
+        callback = _progress_callback(progress)
+        params.progress_callback = callback
         if options.n_gpu_layers is not None:
             params.n_gpu_layers = options.n_gpu_layers
         params.load_mtp = options.load_mtp
@@ -193,6 +194,7 @@ class Backend:
         self.tokens.extend(tokens)
         for listener in self.listeners:
             listener(start, tokens)
+        raise_deferred_interrupt()  # after the bookkeeping: the cache and tokens agree
 
     def trim(self, n_keep: int) -> None:
         """Forget every token at position >= n_keep. The only KV-cache rollback in localspec."""
@@ -298,17 +300,18 @@ class _Batch:
             self.capacity = 0
 
 
-def _progress_callback(progress: Callable[[float], None]) -> object:
+def _progress_callback(progress: Callable[[float], None] | None) -> object:
     """llama.cpp's load-progress callback around ``progress``; Ctrl-C during the load stops
     it (returning False aborts the load) and is re-raised once the load call returns."""
 
+    @llama_callback
     def call(fraction: float, _user: object) -> bool:
         try:
-            progress(fraction)
+            if progress is not None:
+                progress(fraction)
         except KeyboardInterrupt:
             defer_interrupt()
-            return False
-        return True
+        return not interrupt_pending()
 
     return llama_cpp.llama_progress_callback(call)
 

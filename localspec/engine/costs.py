@@ -71,3 +71,21 @@ class VerifyCost:
     def ceiling(self) -> float:
         """The best speedup any drafting could give here: max over n of n * t(1) / t(n)."""
         return float(np.max(self.sizes * self.seconds[0] / self.seconds))
+
+
+def one_token_seconds(backend: Backend, samples: int = 5) -> float:
+    """The fastest of ``samples`` one-token decodes at the cache end (the cache is trimmed
+    back): the minimum is what the step costs when nothing else competes."""
+    if backend.n_past + 1 > backend.n_ctx:
+        backend.trim(0)
+    base = backend.n_past
+    token = backend.bos_token if backend.bos_token >= 0 else 0
+    backend.decode([token])  # the first decode allocates: not timed
+    backend.trim(base)
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        backend.decode([token])
+        times.append(time.perf_counter() - t0)
+        backend.trim(base)
+    return min(times)

@@ -13,14 +13,14 @@ import sys
 
 import llama_cpp
 
+from localspec.interrupts import defer_interrupt, llama_callback
+
 _recent: collections.deque[str] = collections.deque(maxlen=40)
 _initialised = False
 
 
-_interrupted = False
-
-
 @llama_cpp.llama_log_callback
+@llama_callback
 def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     try:
         line = text.decode("utf-8", errors="replace")
@@ -29,21 +29,6 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             sys.stderr.write(line)
     except KeyboardInterrupt:
         defer_interrupt()
-
-
-def defer_interrupt() -> None:
-    """Ctrl-C landed in a callback from llama.cpp, where ctypes would print the exception
-    and drop it (a model load logs hundreds of lines): keep it for ``raise_deferred``."""
-    global _interrupted
-    _interrupted = True
-
-
-def raise_deferred_interrupt() -> None:
-    """Re-raise a Ctrl-C that arrived inside a llama.cpp callback (call after the C call)."""
-    global _interrupted
-    if _interrupted:
-        _interrupted = False
-        raise KeyboardInterrupt
 
 
 def ensure_initialised() -> None:

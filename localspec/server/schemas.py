@@ -1,17 +1,32 @@
 """Request bodies (pydantic) and the OpenAI-shaped error they produce when wrong.
 
 Top-level fields that OpenAI clients commonly send but that change nothing here (``user``,
-zero penalties, ``stream_options``...) are accepted and ignored; values this server cannot
-honour (``n`` > 1, logprobs...) are refused, and inside our own ``speculative`` object any
-unknown field is an error, because a typo there would silently change nothing."""
+``stream_options`` without usage, ``parallel_tool_calls``...) are accepted and ignored;
+values this server cannot honour (``n`` > 1, non-zero penalties, a logit bias, image
+parts...) are refused with a 400 that says so, never silently ignored; inside our own
+``speculative`` object any unknown field is an error, because a typo there would silently
+change nothing."""
 
 from __future__ import annotations
 
-from typing import Literal
+import contextlib
+import json
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 Number = StrictFloat | StrictInt
+MAX_SEED = (1 << 64) - 1
 
 
 class SpeculativeOverride(BaseModel):
@@ -23,11 +38,77 @@ class SpeculativeOverride(BaseModel):
     p_min: Number | None = Field(default=None, ge=0.0, le=1.0)
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: StrictBool = False
+
+
+def text_of(content: str | list[dict[str, Any]] | None) -> str:
+    """A message's text: a string, or the concatenated text of its content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part["text"] for part in content)
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant"]
-    content: StrictStr
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: StrictStr | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: StrictStr | None = None
+    name: StrictStr | None = None
+
+    @field_validator("content")
+    @classmethod
+    def text_parts_only(cls, content: Any) -> Any:
+        if not isinstance(content, list):
+            return content
+        for part in content:
+            kind = part.get("type")
+            if kind != "text":
+                raise ValueError(
+                    f"content parts of type {kind!r} are not supported: this server's model "
+                    "reads text only (send 'text' parts)"
+                )
+            if not isinstance(part.get("text"), str):
+                raise ValueError("a 'text' content part needs a string field 'text'")
+        return content
+
+    @model_validator(mode="after")
+    def content_or_tool_calls(self) -> Message:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(
+                "content may be null only in an assistant message that has tool_calls"
+            )
+        return self
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates expect it: text content, ``developer`` as
+        ``system``, tool-call arguments as objects (OpenAI sends them as JSON text)."""
+        message: dict[str, Any] = {
+            "role": "system" if self.role == "developer" else self.role,
+            "content": text_of(self.content),
+        }
+        if self.tool_calls:
+            message["tool_calls"] = [_call_for_template(call) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+
+def _call_for_template(call: dict[str, Any]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: the template gets the text
+            function["arguments"] = json.loads(arguments)
+    return {**call, "function": function}
 
 
 class _Common(BaseModel):
@@ -35,15 +116,19 @@ class _Common(BaseModel):
 
     model: StrictStr | None = None  # informational only: no model is ever loaded per request
     max_tokens: StrictInt | None = None
+    max_completion_tokens: StrictInt | None = None  # OpenAI's newer name; wins when both
     temperature: Number = Field(default=1.0, ge=0.0, le=2.0)
     top_p: Number = Field(default=1.0, gt=0.0, le=1.0)
     top_k: StrictInt = Field(default=0, ge=0)
     min_p: Number = Field(default=0.0, ge=0.0, le=1.0)
-    seed: StrictInt | None = Field(default=None, ge=-1, le=(1 << 64) - 1)  # -1: random
+    seed: StrictInt | None = Field(default=None, ge=-1, le=MAX_SEED)  # -1: random
     stop: StrictStr | list[StrictStr] | None = None
     n: StrictInt = 1
     stream: StrictBool = False
-    logprobs: StrictBool | StrictInt | None = None
+    stream_options: StreamOptions | None = None
+    frequency_penalty: Number = 0.0
+    presence_penalty: Number = 0.0
+    logit_bias: dict[str, Number] | None = None
     speculative: SpeculativeOverride | None = None
 
     def stops(self) -> list[str]:
@@ -51,11 +136,49 @@ class _Common(BaseModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else (
+            self.max_tokens
+        )
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
 
 class CompletionRequest(_Common):
-    prompt: StrictStr
+    prompt: StrictStr | list[StrictStr]
     max_tokens: StrictInt | None = 16  # OpenAI's default for completions
+    echo: StrictBool = False
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+
+    @field_validator("prompt")
+    @classmethod
+    def one_prompt(cls, prompt: Any) -> Any:
+        if isinstance(prompt, list) and len(prompt) != 1:
+            raise ValueError(
+                f"one prompt per request ({len(prompt)} given): send them one at a time"
+            )
+        return prompt
+
+    @property
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    @property
+    def top_logprobs(self) -> int | None:
+        return self.logprobs
 
 
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+
+    @property
+    def wants_logprobs(self) -> int | None:
+        """How many alternatives per token (0: the token's own only), None: no logprobs."""
+        if not self.logprobs:
+            return None
+        return self.top_logprobs or 0

@@ -1,0 +1,96 @@
+"""Ctrl-C as users press it, on real processes: during a model load (while llama.cpp logs),
+during a derivation (llama.cpp's quantizer), during a bench. Each child gets SIGINT back to
+its default first: a suite started from a background job would otherwise hand every child
+an ignored SIGINT, and nothing here would be tested."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import derived_dir
+
+
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "localspec", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or os.environ.copy(),
+        preexec_fn=default_sigint,
+    )
+
+
+def interrupt(proc: subprocess.Popen[str]) -> tuple[int, str, float]:
+    """SIGINT, then the exit status, the output and the seconds it took to exit."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out + err, time.monotonic() - t0
+
+
+def test_ctrl_c_while_llama_cpp_loads_and_logs(qwen_f16_path: Path) -> None:
+    env = {**os.environ, "LOCALSPEC_VERBOSE": "1"}  # llama.cpp's log lines, as they come
+    proc = start("run", str(qwen_f16_path), "-p", "hi", "-n", "3000", "--mode", "none", env=env)
+    assert proc.stderr is not None
+    while "llama_model_loader" not in proc.stderr.readline():
+        assert proc.poll() is None
+    code, out, seconds = interrupt(proc)
+    assert code == 130, out[-2000:]
+    assert seconds < 5
+    assert "Exception ignored" not in out and "Traceback" not in out
+    assert "localspec: interrupted" in out
+
+
+def test_ctrl_c_during_a_derivation_stops_it_and_leaves_no_file(derived_env) -> None:  # type: ignore[no-untyped-def]
+    proc = start("pull", "smol-q8", env=derived_env)
+    folder = derived_dir(derived_env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        parts = list(folder.glob(".*.part")) if folder.exists() else []
+        if parts and parts[0].stat().st_size > 1_000_000:  # the quantizer is writing
+            break
+        assert proc.poll() is None, "the derivation ended before it could be interrupted"
+        time.sleep(0.01)
+    code, out, seconds = interrupt(proc)
+    assert code == 130, out
+    assert seconds < 2, "Ctrl-C waited for the quantizer to finish"
+    assert "Traceback" not in out
+    assert not list(folder.iterdir()), list(folder.iterdir())  # no .part, no half model
+
+    again = subprocess.run(
+        [sys.executable, "-m", "localspec", "pull", "smol-q8"],
+        capture_output=True,
+        text=True,
+        env=derived_env,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr  # and the next run derives it whole
+
+
+def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path) -> None:
+    proc = start(
+        "bench", str(smollm_path), "--prompts", "code-edit,qa", "-n", "48", "--repeat", "5"
+    )
+    assert proc.stderr is not None
+    seen = []
+    while True:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if "tok/s" in line and "[2/5]" in line:
+            break
+        assert line, "".join(seen)
+    code, out, seconds = interrupt(proc)
+    assert code == 130, out
+    assert "interrupted: the runs so far follow" in out
+    assert "ngram-simple" in out and "ceiling" in out  # the table of what was measured
+    assert seconds < 10
