@@ -306,9 +306,14 @@ class Engine:
         mode: str | None = None,
         spec: SpecConfig | None = None,
         record_margins: bool = False,
+        logprobs: int | None = None,
+        reproducible: bool = False,
     ) -> Iterator[StepEvent]:
         """Generate, yielding one ``StepEvent`` per round. ``mode`` may switch to "none" (or
-        to any mode the loaded models allow) for this call only."""
+        to any mode the loaded models allow) for this call only. ``logprobs``: each token's
+        log-probability under the target, with that many alternatives (None: off).
+        ``reproducible``: the prompt is evaluated as in a fresh context, so that identical
+        requests start from identical logits (see ``Backend.evaluate``)."""
         sampling = validate_sampling(temperature, top_k, top_p, min_p, seed)
         if max_tokens is not None and max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
@@ -331,7 +336,17 @@ class Engine:
         if self.mtp is not None:
             self._follow_with_mtp("draft-mtp" in parse_mode(mode))
         loop = SpeculativeLoop(
-            self.target, tokens, drafter, sampling, spec, max_tokens, stop, record_margins, control
+            self.target,
+            tokens,
+            drafter,
+            sampling,
+            spec,
+            max_tokens,
+            stop,
+            record_margins,
+            control,
+            logprobs,
+            reproducible,
         )
         try:
             yield from loop.steps()

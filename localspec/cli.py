@@ -331,7 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--port", type=at.port, default=8080, help="port (default 8080; 0: any free)"
     )
-    serve.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    serve.add_argument(
+        "--api-key", default=None, help="require Authorization: Bearer KEY (also for /metrics)"
+    )
+    serve.add_argument(
+        "--allowed-origins",
+        default="",
+        metavar="ORIGINS",
+        help="web origins that may call the API besides loopback ones, comma-separated "
+        "(e.g. https://app.example.com; *: any)",
+    )
     serve.add_argument(
         "--max-queue",
         type=at.non_negative,

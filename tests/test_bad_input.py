@@ -172,54 +172,22 @@ def test_a_catalog_that_is_not_utf8(capsys, monkeypatch, tmp_path) -> None:  # t
     assert_refused(code, text, f"{catalog}:7: the model catalog is not UTF-8 text")
 
 
+def localspec(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=300
+    )
+
+
 def test_seed_minus_one_is_a_random_seed(smollm_path: Path) -> None:
     """llama.cpp's convention; it used to end in a ValueError from numpy."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "localspec",
-            "run",
-            str(smollm_path),
-            "-p",
-            "hi",
-            "-n",
-            "4",
-            "--mode",
-            "none",
-            "-s",
-            "-1",
-            "--temp",
-            "0.7",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = localspec("run", str(smollm_path), "-p", "hi", "-n", "4", "--mode", "none",
+                     "-s", "-1", "--temp", "0.7")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_context_zero_is_the_models_trained_length(smollm_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "localspec",
-            "run",
-            str(smollm_path),
-            "-p",
-            "hi",
-            "-n",
-            "2",
-            "-c",
-            "0",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = localspec("run", str(smollm_path), "-p", "hi", "-n", "2", "-c", "0", "--json")
     assert done.returncode == 0, done.stderr
     assert "context: 8192 tokens (-c 0: the model's trained length)" in done.stderr
     assert json.loads(done.stdout)["n_tokens"] == 2

@@ -123,6 +123,21 @@ def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
     assert main(["doctor", str(smollm_path)]) == 0
     out = capsys.readouterr().out
     assert "ceiling for speculation here" in out and "GPU offload" in out
+    assert "machine quiet" in out or "machine busy" in out
+
+
+def test_cells_above_the_ceiling_are_flagged_and_not_printed() -> None:
+    from localspec.bench import Run, flag_noise, markdown, summarise
+
+    def run(mode: str, tps: float) -> Run:
+        return Run(mode, "p", "qa", 0.0, 0, 10, 1000 * 10 / tps, tps, 4, 2, 1.5, (0.5,), 1.0, 9.0)
+
+    cells = flag_noise(summarise([run("none", 2.0), run("ngram-simple", 80.0)]), ceiling=2.5)
+    spec = next(c for c in cells if c.mode == "ngram-simple")
+    assert spec.noisy and "above this machine's 2.50x ceiling" in spec.noise[0]
+    table = markdown(cells, "header", 2.5)
+    assert "noisy (above the 2.50x ceiling)" in table and "40.00x" not in table
+    assert spec.to_dict()["noisy"] is True
 
 
 def test_mode_order_rotates_with_the_repeat() -> None:

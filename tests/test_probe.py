@@ -66,12 +66,16 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
     ]
     assert report["recommendation"]
 
-    choice = saved_choice(qwen_f16_path)
     winner = report["ranking"][0]
-    assert choice is not None
-    assert choice.mode == (winner["mode"] if winner["speedup"] >= 1.03 else "none")
-    with Engine.load(qwen_f16_path, mode="auto") as engine:
-        assert engine.mode == choice.mode
+    if winner["noisy"]:  # a busy machine: auto refuses what could not be measured reliably
+        with pytest.raises(LocalspecError, match="could not measure its winner reliably"):
+            saved_choice(qwen_f16_path)
+    else:
+        choice = saved_choice(qwen_f16_path)
+        assert choice is not None
+        assert choice.mode == (winner["mode"] if winner["speedup"] >= 1.03 else "none")
+        with Engine.load(qwen_f16_path, mode="auto") as engine:
+            assert engine.mode == choice.mode
 
     # Acceptance is deterministic at temperature 0: probe and `run` agree on it.
     probed = next(
@@ -201,3 +205,17 @@ def test_prompt_files_and_kinds(tmp_path: Path) -> None:
     empty.write_text("  \n")
     with pytest.raises(LocalspecError, match="empty"):
         load_prompt_file(empty)
+
+
+def test_mode_auto_refuses_a_noisy_winner(monkeypatch, tmp_path, smollm_path) -> None:  # type: ignore[no-untyped-def]
+    from localspec.probe import save
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    busy = fake(ProbeConfig("ngram-simple", 8), "qa", 60.0)  # 6x on a 10x ceiling: fine...
+    noisy = Measurement(
+        busy.config, busy.prompt, busy.kind, busy.pairs, judge(busy.pairs, 2.0, None), 0.5, 2.0, ()
+    )  # ...but above a 2x ceiling: noisy, no prediction
+    saved = json.loads(save(smollm_path, rank([noisy]), [noisy]).read_text())
+    assert saved["winner"]["noisy"] is True and saved["winner"]["spread"] == [6.0, 6.0]
+    with pytest.raises(LocalspecError, match="could not measure its winner reliably"):
+        Engine.load(smollm_path, mode="auto")

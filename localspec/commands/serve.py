@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import logging
 import signal
 import socket
@@ -15,6 +14,7 @@ import uvicorn
 
 from localspec.commands.run import load_engine
 from localspec.errors import LocalspecError
+from localspec.server.guard import is_loopback_host
 
 
 class GracefulServer(uvicorn.Server):
@@ -54,19 +54,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from localspec.server.app import ServerSettings, create_app
 
-    if not is_loopback(args.host) and not args.api_key:
+    loopback = is_loopback_host(args.host)
+    if not loopback and not args.api_key:
         print(
             f"localspec: warning: listening on {args.host} without --api-key: anyone who "
             "can reach this port can use the model",
@@ -75,7 +67,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     listening = bind_socket(args.host, args.port)
     with listening, load_engine(args) as engine:
-        app = create_app(engine, ServerSettings(api_key=args.api_key, max_queue=args.max_queue))
+        settings = ServerSettings(
+            api_key=args.api_key,
+            max_queue=args.max_queue,
+            allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
+            loopback_hosts_only=loopback,
+        )
+        app = create_app(engine, settings)
         print(
             f"localspec: serving {engine.target_path.name} ({engine.mode}) on "
             f"http://{args.host}:{listening.getsockname()[1]}/v1",

@@ -73,6 +73,8 @@ class Backend:
         # llama.cpp caps the batch at the context size: ask it rather than trust the request.
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.tokens: list[int] = []
+        # leading positions whose cache rows came from prefill in aligned n_batch chunks
+        self.prefilled = 0
         # called after every decoded chunk with (first position, tokens): the MTP drafter
         # mirrors the target's hidden states this way
         self.listeners: list[Callable[[int, Sequence[int]], None]] = []
@@ -156,14 +158,27 @@ class Backend:
     def n_past(self) -> int:
         return len(self.tokens)
 
-    def evaluate(self, sequence: Sequence[int]) -> np.ndarray:
+    def evaluate(self, sequence: Sequence[int], reproducible: bool = False) -> np.ndarray:
         """Make the cache hold ``sequence`` and return the logits row after its last token,
-        decoding only what differs from what is already cached."""
+        decoding only what differs from what is already cached.
+
+        llama.cpp's float results depend on how tokens were batched, so a prompt whose
+        start was cached by an earlier request (decoded in other batches) gives slightly
+        different logits than the same prompt evaluated afresh. ``reproducible`` reuses only
+        whole prompt chunks of ``n_batch`` tokens that were themselves prefilled in such
+        chunks from position 0, and decodes the rest in the same aligned chunks: the result
+        is then what a fresh evaluation gives, whatever the cache held."""
         keep = common_prefix_length(self.tokens, sequence)
         keep = min(keep, len(sequence) - 1)  # the last token must be decoded for its logits
+        if reproducible:
+            keep = min(keep, self.prefilled)
+            keep -= keep % self.n_batch
         if keep < self.n_past:
             self.trim(keep)
-        return self.decode(sequence[keep:])[0]
+        aligned = keep % self.n_batch == 0 and keep <= self.prefilled
+        row = self.decode(sequence[keep:])[0]
+        self.prefilled = len(sequence) if aligned else min(self.prefilled, keep)
+        return row
 
     def decode(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Append ``tokens`` to the sequence; return logits rows (a view, valid until the next
@@ -200,6 +215,7 @@ class Backend:
         """Forget every token at position >= n_keep. The only KV-cache rollback in localspec."""
         if n_keep > self.n_past:
             return
+        self.prefilled = min(self.prefilled, n_keep)
         if llama_cpp.llama_memory_seq_rm(self.memory, 0, n_keep, -1):
             del self.tokens[n_keep:]
             return

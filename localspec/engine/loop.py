@@ -26,8 +26,12 @@ from localspec.engine.verify import (
     accept_greedy,
     accept_sampling,
     sample_row,
+    token_logprobs,
 )
 from localspec.errors import LocalspecError
+
+# a token's log-probability, and the most likely tokens with theirs
+TokenLogprob = tuple[float, tuple[tuple[int, float], ...]]
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ class StepEvent:
     finish_reason: str | None = None
     margins: tuple[float, ...] = ()
     runners_up: tuple[int, ...] = ()
+    # only when asked for: each token's log-probability and the most likely alternatives
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 def top2(row: np.ndarray) -> tuple[float, int]:
@@ -119,7 +125,12 @@ class SpeculativeLoop:
         stop: Sequence[str] = (),
         record_margins: bool = False,
         control: DraftControl | None = None,
+        logprobs: int | None = None,
+        reproducible: bool = False,
     ) -> None:
+        """``logprobs``: report each emitted token's log-probability and that many of the
+        most likely alternatives (None: none). ``reproducible``: evaluate the prompt as a
+        fresh context would, whatever the cache held (see ``Backend.evaluate``)."""
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
                 f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx}",
@@ -134,6 +145,8 @@ class SpeculativeLoop:
         self.spec = spec
         self.max_tokens = max_tokens
         self.record_margins = record_margins
+        self.logprobs = logprobs
+        self.reproducible = reproducible
         self.rng = np.random.default_rng(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
         self.control: DraftControl = control or AdaptiveController(
@@ -151,7 +164,11 @@ class SpeculativeLoop:
         return self.recorder.snapshot(n_draft, c.paused, c.pauses, c.shadow_checks)
 
     def _event(
-        self, tokens: list[int], from_draft: list[bool], tops: list[tuple[float, int]]
+        self,
+        tokens: list[int],
+        from_draft: list[bool],
+        tops: list[tuple[float, int]],
+        logprobs: list[TokenLogprob] | None = None,
     ) -> StepEvent:
         self.recorder.n_tokens = len(self.output.tokens)
         return StepEvent(
@@ -162,7 +179,14 @@ class SpeculativeLoop:
             finish_reason=self.output.finish_reason,
             margins=tuple(gap for gap, _ in tops),
             runners_up=tuple(token for _, token in tops),
+            logprobs=tuple(logprobs or ())[: len(tokens)],
         )
+
+    def _logprobs(self, rows: np.ndarray, tokens: Sequence[int]) -> list[TokenLogprob]:
+        """Row i of a verified batch is the target's distribution for token i."""
+        if self.logprobs is None:
+            return []
+        return [token_logprobs(rows[i], t, self.logprobs) for i, t in enumerate(tokens)]
 
     def _choose(self, row: np.ndarray) -> int:
         if self.sampling.greedy:
@@ -170,16 +194,17 @@ class SpeculativeLoop:
         return sample_row(row, self.sampling, self.rng)[0]
 
     def steps(self) -> Iterator[StepEvent]:
-        row = self.target.evaluate(self.prompt)
+        row = self.target.evaluate(self.prompt, self.reproducible)
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
             self.control.note_catch_up(getattr(self.drafter, "catch_up_per_token", None))
         self.recorder.t_prefilled = time.perf_counter()
         last = self._choose(row)
         margins = [top2(row)] if self.record_margins else []
+        logprobs = self._logprobs(row[None, :], [last])
         emitted = self.output.push(last)
         self.recorder.t_first = time.perf_counter()
-        yield self._event([last] if emitted else [], [False] if emitted else [], margins)
+        yield self._event([last] if emitted else [], [False] if emitted else [], margins, logprobs)
         context = [*self.prompt, last]
         while not self.output.done:
             if self.target.n_past + 1 > self.target.n_ctx:
@@ -272,6 +297,7 @@ class SpeculativeLoop:
                 draft.tokens, draft.probs, rows, self.sampling, self.rng
             )
         margins = [top2(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
+        logprobs = self._logprobs(rows, [*draft.tokens[:n_acc], chosen])
         if n_acc < len(draft):
             self.target.trim(n_past + 1 + n_acc)
         t2 = time.perf_counter()
@@ -293,5 +319,5 @@ class SpeculativeLoop:
         source = draft.source or (self.drafter.name if self.drafter else "")
         self.recorder.record_round(len(draft), sum(from_draft), source)
         context.extend(new)
-        yield self._event(tokens, from_draft, margins[: len(tokens)])
+        yield self._event(tokens, from_draft, margins[: len(tokens)], logprobs)
         return chosen

@@ -176,3 +176,21 @@ def residual(p: np.ndarray, q: np.ndarray | None, rejected: int) -> np.ndarray:
     total = r.sum()
     # total is 0 only if p == q up to rounding, where rejection has probability ~0: fall back on p.
     return r / total if total > 1e-12 else p
+
+
+def token_logprobs(
+    row: np.ndarray, token: int, n_top: int
+) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """The log-probability of ``token`` under the model's own distribution for this row
+    (softmax of the raw logits, as OpenAI and llama-server report it; sampling settings
+    do not change it), and the ``n_top`` most likely tokens with theirs."""
+    x = row.astype(np.float64)
+    top = float(x.max())
+    log_total = top + float(np.log(np.exp(x - top).sum()))
+    best: tuple[tuple[int, float], ...] = ()
+    if n_top > 0:
+        n_top = min(n_top, x.size)
+        idx = np.argpartition(-x, n_top - 1)[:n_top]
+        idx = idx[np.argsort(-x[idx], kind="stable")]
+        best = tuple((int(i), float(x[i] - log_total)) for i in idx)
+    return float(x[token] - log_total), best

@@ -10,8 +10,6 @@ import json
 import logging
 import secrets
 import time
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +20,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from localspec.api import Engine
+from localspec.api import Engine, validate_sampling
 from localspec.engine.stats import Stats
 from localspec.errors import LocalspecError
 from localspec.modes import canonical
+from localspec.server.guard import body_type_allowed, host_of, is_loopback_host, origin_allowed
 from localspec.server.metrics import ServerMetrics
+from localspec.server.reply import Reply
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
 from localspec.server.schemas import ChatRequest, CompletionRequest
+from localspec.server.shapes import ApiError, speculative_block, timings_block, usage_block
 
 log = logging.getLogger("localspec.server")
 
@@ -38,67 +39,8 @@ class ServerSettings:
     api_key: str | None = None
     max_queue: int = 8
     max_body_bytes: int = 1 << 20
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-        self.param, self.code, self.headers = param, code, headers
-
-    def response(self) -> JSONResponse:
-        body = {
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
-
-
-def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
-    return {
-        "mode": mode,
-        "drafted": stats.drafted,
-        "accepted": stats.accepted,
-        "acceptance_rate": round(stats.acceptance_rate, 4),
-        "mean_acceptance_length": round(stats.mean_acceptance_length, 4),
-        "acceptance_per_position": [round(a, 4) for a in stats.acceptance_per_position],
-        "draft_ms": round(stats.draft_ms, 3),
-        "verify_ms": round(stats.verify_ms, 3),
-        "paused": stats.paused,
-    }
-
-
-def timings_block(stats: Stats) -> dict[str, Any]:
-    """llama-server's ``timings`` object, with its field names."""
-    return {
-        "prompt_n": stats.n_prompt,
-        "prompt_ms": round(stats.prefill_ms, 3),
-        "predicted_n": stats.n_tokens,
-        "predicted_ms": round(stats.gen_ms, 3),
-        "predicted_per_second": round(stats.tokens_per_s, 3),
-        "draft_n": stats.drafted,
-        "draft_n_accepted": stats.accepted,
-    }
-
-
-def usage_block(stats: Stats) -> dict[str, int]:
-    return {
-        "prompt_tokens": stats.n_prompt,
-        "completion_tokens": stats.n_tokens,
-        "total_tokens": stats.n_prompt + stats.n_tokens,
-    }
+    allowed_origins: tuple[str, ...] = ()  # beyond loopback ones; "*": any
+    loopback_hosts_only: bool = True  # listening on loopback: Host must name a loopback host
 
 
 class Server:
@@ -111,6 +53,27 @@ class Server:
         self.created = int(time.time())
 
     # ----- plumbing -----------------------------------------------------------------------
+
+    def check_caller(self, request: Request) -> None:
+        """Web pages may not drive the server (see ``guard.py``), and with a key, only
+        callers that send it may."""
+        origin = request.headers.get("origin")
+        if origin is not None and not origin_allowed(origin, self.settings.allowed_origins):
+            raise ApiError(
+                403,
+                f"requests from the web origin {origin} are not allowed "
+                "(start the server with --allowed-origins to allow it)",
+                "permission_error",
+            )
+        host = host_of(request.headers.get("host", ""))
+        if self.settings.loopback_hosts_only and not is_loopback_host(host):
+            raise ApiError(
+                403,
+                f"host {host!r} is not allowed: this server listens on a loopback address "
+                "(use localhost or 127.0.0.1)",
+                "permission_error",
+            )
+        self.check_auth(request)
 
     def check_auth(self, request: Request) -> None:
         key = self.settings.api_key
@@ -126,6 +89,15 @@ class Server:
             )
 
     async def read_json(self, request: Request) -> Any:
+        if not body_type_allowed(
+            request.headers.get("content-type"), request.headers.get("origin")
+        ):
+            raise ApiError(
+                415,
+                f"the body must be JSON, not {request.headers['content-type']!r} "
+                "(send Content-Type: application/json)",
+                code="unsupported_media_type",
+            )
         limit = self.settings.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body larger than {limit} bytes")
@@ -138,6 +110,8 @@ class Server:
             return json.loads(body)
         except ValueError as exc:
             raise ApiError(400, f"malformed JSON body: {exc}") from None
+        except RecursionError:
+            raise ApiError(400, "malformed JSON body: nested too deeply") from None
 
     @staticmethod
     def parse(model: type[CompletionRequest] | type[ChatRequest], data: Any):  # type: ignore[no-untyped-def]
@@ -149,10 +123,21 @@ class Server:
             raise ApiError(400, f"{param}: {first['msg']}", param=param) from None
         if req.n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
-        if req.max_tokens is not None and req.max_tokens <= 0:
-            raise ApiError(400, "max_tokens must be > 0", param="max_tokens")
-        if req.logprobs:
-            raise ApiError(400, "logprobs are not supported", param="logprobs")
+        limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        if req.token_limit is not None and req.token_limit <= 0:
+            raise ApiError(400, f"{limit} must be > 0", param=limit)
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(req, name):
+                raise ApiError(
+                    400,
+                    f"{name} is not supported: speculation here keeps the model's own "
+                    "distribution, so it refuses rather than ignores a penalty (send 0)",
+                    param=name,
+                )
+        if req.logit_bias:
+            raise ApiError(400, "logit_bias is not supported", param="logit_bias")
+        if isinstance(req, ChatRequest) and (refused := req.unsupported()):
+            raise ApiError(400, refused[1], param=refused[0])
         return req
 
     def generation_args(self, req: CompletionRequest | ChatRequest) -> dict[str, Any]:
@@ -185,22 +170,29 @@ class Server:
                     400, exc.message.replace("--spec-draft-", "speculative."), param="speculative"
                 ) from None
         prompt = (
-            req.prompt
+            req.text
             if isinstance(req, CompletionRequest)
-            else [m.model_dump() for m in req.messages]
+            else [m.for_template() for m in req.messages]
         )
-        n_prompt = len(self.engine.tokenize_prompt(prompt))
+        try:
+            validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
+            n_prompt = len(self.engine.tokenize_prompt(prompt))
+        except LocalspecError as exc:
+            raise ApiError(400, exc.message) from None
+        where = "messages" if isinstance(req, ChatRequest) else "prompt"
+        if n_prompt == 0:
+            raise ApiError(400, f"{where} is empty: give some text", param=where)
         if n_prompt >= self.engine.target.n_ctx:
             raise ApiError(
                 400,
                 f"the prompt has {n_prompt} tokens but the context holds "
                 f"{self.engine.target.n_ctx}",
                 code="context_length_exceeded",
-                param="messages" if isinstance(req, ChatRequest) else "prompt",
+                param=where,
             )
         return dict(
             prompt=prompt,
-            max_tokens=req.max_tokens,
+            max_tokens=req.token_limit,
             temperature=req.temperature,
             top_p=req.top_p,
             top_k=req.top_k,
@@ -209,6 +201,9 @@ class Server:
             stop=req.stops(),
             mode=mode,
             spec=spec,
+            logprobs=req.wants_logprobs if isinstance(req, ChatRequest) else req.top_logprobs,
+            # identical greedy requests must not depend on what earlier ones left cached
+            reproducible=req.temperature == 0,
         )
 
     async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream:
@@ -268,19 +263,17 @@ class Server:
 
     async def handle(self, request: Request, model: type, endpoint: str) -> Response:
         try:
-            self.check_auth(request)
+            self.check_caller(request)
             req = self.parse(model, await self.read_json(request))
             args = self.generation_args(req)
             events = await self.start(request, args)
         except ApiError as exc:
             self.metrics.requests.labels(endpoint, str(exc.status)).inc()
             return exc.response()
-        chat = model is ChatRequest
+        reply = Reply(self, req, args["mode"], endpoint)
         if req.stream:
-            return StreamingResponse(
-                self.sse(events, chat, args["mode"], endpoint), media_type="text/event-stream"
-            )
-        return await self.whole(events, chat, args["mode"], endpoint)
+            return StreamingResponse(reply.sse(events), media_type="text/event-stream")
+        return await reply.whole(request, events)
 
     def envelope(self, chat: bool, rid: str) -> dict[str, Any]:
         return {
@@ -297,62 +290,12 @@ class Server:
             "timings": timings_block(stats),
         }
 
-    async def whole(
-        self, events: GenerationStream, chat: bool, mode: str, endpoint: str
-    ) -> Response:
-        text, last = [], None
-        try:
-            async for event in events:
-                text.append(event.text)
-                last = event
-        except LocalspecError as exc:
-            return ApiError(400, exc.message).response()
-        assert last is not None
-        reason = last.finish_reason or "stop"
-        content = "".join(text)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": reason}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": content}
-        else:
-            choice.update(text=content, logprobs=None)
-        self.finished(endpoint, mode, last.stats, reason)
-        body = {
-            **self.envelope(chat, f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"),
-            "choices": [choice],
-            **self.extras(last.stats, mode),
-        }
-        return JSONResponse(body)
-
-    async def sse(
-        self, events: GenerationStream, chat: bool, mode: str, endpoint: str
-    ) -> AsyncIterator[str]:
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        head = self.envelope(chat, rid)
-        head["object"] = "chat.completion.chunk" if chat else "text_completion"
-        last = None
-        try:
-            async for event in events:
-                last = event
-                yield sse_chunk(
-                    head,
-                    chat,
-                    event.text,
-                    event.finish_reason,
-                    self.extras(event.stats, mode) if event.finish_reason else None,
-                )
-        finally:
-            await events.aclose()
-            if last is not None and last.finish_reason:
-                self.finished(endpoint, mode, last.stats, last.finish_reason)
-            elif last is not None:
-                log.info(
-                    "%s %s: client went away after %d tokens", endpoint, mode, last.stats.n_tokens
-                )
-        yield "data: [DONE]\n\n"
+    def token_text(self, token: int) -> str:
+        return self.engine.target.piece(token).decode("utf-8", errors="replace")
 
     async def models(self, request: Request) -> Response:
         try:
-            self.check_auth(request)
+            self.check_caller(request)
         except ApiError as exc:
             return exc.response()
         return JSONResponse(
@@ -371,27 +314,18 @@ class Server:
         )
 
     async def health(self, request: Request) -> Response:
+        """Public, also with a key: it tells a supervisor whether the server is up."""
         return JSONResponse(
             {"status": "ok", "busy": self.runner.busy, "queue_depth": self.runner.queue_depth}
         )
 
     async def prometheus(self, request: Request) -> Response:
+        try:  # what the server served is the key holder's business
+            self.check_caller(request)
+        except ApiError as exc:
+            return exc.response()
         self.metrics.queue_depth.set(self.runner.queue_depth)
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def sse_chunk(
-    head: dict[str, Any], chat: bool, text: str, reason: str | None, extras: dict[str, Any] | None
-) -> str:
-    if chat:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "delta": {"content": text} if text else {},
-            "finish_reason": reason,
-        }
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-    return f"data: {json.dumps({**head, 'choices': [choice], **(extras or {})})}\n\n"
 
 
 def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starlette:

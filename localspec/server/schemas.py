@@ -81,9 +81,7 @@ class Message(BaseModel):
     @model_validator(mode="after")
     def content_or_tool_calls(self) -> Message:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(
-                "content may be null only in an assistant message that has tool_calls"
-            )
+            raise ValueError("content may be null only in an assistant message that has tool_calls")
         return self
 
     def for_template(self) -> dict[str, Any]:
@@ -138,8 +136,10 @@ class _Common(BaseModel):
 
     @property
     def token_limit(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else (
-            self.max_tokens
+        return (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else (self.max_tokens)
         )
 
     @property
@@ -175,6 +175,19 @@ class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """(field, why) for what this server cannot honour yet: refused, not ignored (a
+        model that silently got no tools would invent an answer)."""
+        if self.tools and self.tool_choice != "none":
+            return "tools", "tool calls are not supported yet by this server"
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            return "response_format", f"response_format {kind!r} is not supported yet"
+        return None
 
     @property
     def wants_logprobs(self) -> int | None:

@@ -1,0 +1,191 @@
+"""One response in OpenAI's shape: a whole JSON body, or a stream of server-sent chunks.
+
+Streams follow OpenAI exactly, because clients parse them strictly: the first chat chunk
+carries ``role``; with ``stream_options.include_usage`` every chunk has ``usage: null``
+and the usage comes on a last chunk with empty ``choices``; an error after the stream
+started ends it with an error event and ``[DONE]`` (the status line is already sent).
+A whole response whose client goes away stops its generation within a round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from localspec.engine.loop import StepEvent, TokenLogprob
+from localspec.errors import LocalspecError
+from localspec.server.runner import GenerationStream
+from localspec.server.schemas import ChatRequest, CompletionRequest
+from localspec.server.shapes import ApiError
+
+if TYPE_CHECKING:
+    from localspec.server.app import Server
+
+log = logging.getLogger("localspec.server")
+DISCONNECT_POLL_S = 0.2
+
+
+class Reply:
+    def __init__(
+        self, server: Server, req: ChatRequest | CompletionRequest, mode: str, endpoint: str
+    ) -> None:
+        self.server, self.req, self.mode, self.endpoint = server, req, mode, endpoint
+        self.chat = isinstance(req, ChatRequest)
+        self.rid = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.echo = req.text if isinstance(req, CompletionRequest) and req.echo else ""
+        self.offset = len(self.echo)  # text_offset of the next token (completions logprobs)
+
+    # ----- logprobs ---------------------------------------------------------------------------
+
+    def _entry(self, token: int, lp: TokenLogprob) -> dict[str, Any]:
+        text = self.server.token_text(token)
+        return {
+            "token": text,
+            "logprob": lp[0],
+            "bytes": list(text.encode()),
+            "top_logprobs": [
+                {"token": (t := self.server.token_text(i)), "logprob": v, "bytes": list(t.encode())}
+                for i, v in lp[1]
+            ],
+        }
+
+    def logprobs(self, event: StepEvent) -> dict[str, Any] | None:
+        """This event's tokens in the endpoint's logprobs shape (None: not asked for)."""
+        if not event.logprobs:
+            return None
+        entries = [self._entry(t, lp) for t, lp in zip(event.tokens, event.logprobs, strict=False)]
+        if self.chat:
+            return {"content": entries}
+        offsets = []
+        for e in entries:
+            offsets.append(self.offset)
+            self.offset += len(e["token"])
+        return {
+            "tokens": [e["token"] for e in entries],
+            "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [
+                {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
+            ],
+            "text_offset": offsets,
+        }
+
+    @staticmethod
+    def merged(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if not parts:
+            return None
+        return {key: [x for p in parts for x in p[key]] for key in parts[0]}
+
+    # ----- a whole response -------------------------------------------------------------------
+
+    async def whole(self, request: Request, events: GenerationStream) -> Response:
+        watcher = asyncio.create_task(stop_when_gone(request, events))
+        text, lps, last = [self.echo], [], None
+        try:
+            async for event in events:
+                text.append(event.text)
+                if (lp := self.logprobs(event)) is not None:
+                    lps.append(lp)
+                last = event
+        except LocalspecError as exc:
+            return ApiError(400, exc.message).response()
+        finally:
+            watcher.cancel()
+        if last is None or not last.finish_reason:  # stopped because the client left
+            log.info("%s %s: client went away, generation stopped", self.endpoint, self.mode)
+            return Response(status_code=499)
+        reason = last.finish_reason
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": "".join(text)}
+        else:
+            choice["text"] = "".join(text)
+        choice.update(logprobs=self.merged(lps), finish_reason=reason)
+        self.server.finished(self.endpoint, self.mode, last.stats, reason)
+        body = {
+            **self.server.envelope(self.chat, self.rid),
+            "choices": [choice],
+            **self.server.extras(last.stats, self.mode),
+        }
+        return JSONResponse(body)
+
+    # ----- a stream ---------------------------------------------------------------------------
+
+    def _head(self) -> dict[str, Any]:
+        head = self.server.envelope(self.chat, self.rid)
+        head["object"] = "chat.completion.chunk" if self.chat else "text_completion"
+        if self.req.include_usage:
+            head["usage"] = None
+        return head
+
+    def chunk(
+        self,
+        delta: dict[str, Any] | str,
+        logprobs: dict[str, Any] | None = None,
+        reason: str | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> str:
+        if self.chat:
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": delta, "logprobs": logprobs, "finish_reason": reason}
+        return data({**self._head(), "choices": [choice], **(extras or {})})
+
+    async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
+        last = None
+        try:
+            if self.chat:
+                yield self.chunk({"role": "assistant", "content": ""})
+            elif self.echo:
+                yield self.chunk(self.echo)
+            async for event in events:
+                last = event
+                done = event.finish_reason is not None
+                extras = (
+                    self.server.extras(event.stats, self.mode)
+                    if done and not self.req.include_usage
+                    else None
+                )
+                delta = ({"content": event.text} if event.text else {}) if self.chat else event.text
+                yield self.chunk(delta, self.logprobs(event), event.finish_reason, extras)
+            if self.req.include_usage and last is not None:
+                extras = self.server.extras(last.stats, self.mode)
+                yield data({**self._head(), "choices": [], **extras})
+        except LocalspecError as exc:
+            yield error_event(400, exc.message, "invalid_request_error")
+        except Exception as exc:  # the status line is sent: say it in the stream
+            log.exception("%s: generation failed", self.endpoint)
+            yield error_event(500, f"generation failed: {type(exc).__name__}", "server_error")
+        finally:
+            await events.aclose()
+            if last is not None and last.finish_reason:
+                self.server.finished(self.endpoint, self.mode, last.stats, last.finish_reason)
+            elif last is not None:
+                log.info(
+                    "%s %s: client went away after %d tokens",
+                    self.endpoint,
+                    self.mode,
+                    last.stats.n_tokens,
+                )
+        yield "data: [DONE]\n\n"
+
+
+def data(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def error_event(status: int, message: str, kind: str) -> str:
+    return data({"error": {"message": message, "type": kind, "param": None, "code": status}})
+
+
+async def stop_when_gone(request: Request, events: GenerationStream) -> None:
+    """Stop the generation when the client of a whole (non-streamed) response goes away."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+    await events.aclose()

@@ -1,0 +1,71 @@
+"""OpenAI's shapes for what the server sends back: errors, usage, and localspec's
+``speculative`` and llama-server's ``timings`` objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from localspec.engine.stats import Stats
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+        self.param, self.code, self.headers = param, code, headers
+
+    def response(self) -> JSONResponse:
+        body = {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
+        "acceptance_rate": round(stats.acceptance_rate, 4),
+        "mean_acceptance_length": round(stats.mean_acceptance_length, 4),
+        "acceptance_per_position": [round(a, 4) for a in stats.acceptance_per_position],
+        "draft_ms": round(stats.draft_ms, 3),
+        "verify_ms": round(stats.verify_ms, 3),
+        "paused": stats.paused,
+    }
+
+
+def timings_block(stats: Stats) -> dict[str, Any]:
+    """llama-server's ``timings`` object, with its field names."""
+    return {
+        "prompt_n": stats.n_prompt,
+        "prompt_ms": round(stats.prefill_ms, 3),
+        "predicted_n": stats.n_tokens,
+        "predicted_ms": round(stats.gen_ms, 3),
+        "predicted_per_second": round(stats.tokens_per_s, 3),
+        "draft_n": stats.drafted,
+        "draft_n_accepted": stats.accepted,
+    }
+
+
+def usage_block(stats: Stats) -> dict[str, int]:
+    return {
+        "prompt_tokens": stats.n_prompt,
+        "completion_tokens": stats.n_tokens,
+        "total_tokens": stats.n_prompt + stats.n_tokens,
+    }

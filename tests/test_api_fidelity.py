@@ -1,0 +1,315 @@
+"""The HTTP API as real client libraries use it: the official ``openai`` SDK, ``litellm`` and
+``langchain-openai`` against a real server on a free loopback port, on the real SmolLM2.
+Each case here was once broken for one of them."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from localspec import Engine
+from localspec.server.app import ServerSettings
+from tests.test_server import REPEAT, LiveServer, post
+
+
+@pytest.fixture(scope="module")
+def engine(smollm_path) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+    with Engine.load(smollm_path, mode="ngram-simple", n_ctx=2048) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def base(engine: Engine) -> Iterator[str]:
+    with LiveServer(engine, ServerSettings(max_queue=4)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def ask(client: openai.OpenAI, messages: list, **kw):  # type: ignore[no-untyped-def, type-arg]
+    return client.chat.completions.create(
+        model="local", messages=messages, **{"temperature": 0, "max_tokens": 12, **kw}
+    )
+
+
+def test_content_parts_and_roles(client: openai.OpenAI) -> None:
+    parts = [{"type": "text", "text": "Say hello"}, {"type": "text", "text": " in French."}]
+    as_parts = ask(client, [{"role": "user", "content": parts}])
+    as_text = ask(client, [{"role": "user", "content": "Say hello in French."}])
+    assert as_parts.choices[0].message.content == as_text.choices[0].message.content
+    developer = ask(
+        client, [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    )
+    system = ask(
+        client, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    )
+    assert developer.choices[0].message.content == system.choices[0].message.content
+    with pytest.raises(openai.BadRequestError, match="'image_url' are not supported"):
+        ask(
+            client,
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "data:,"}}],
+                }
+            ],
+        )
+
+
+def test_the_turn_after_a_tool_call(client: openai.OpenAI) -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    reply = ask(
+        client,
+        [
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
+        ],
+    )
+    assert reply.choices[0].message.content
+
+
+def test_max_completion_tokens_wins(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="local",
+        messages=[{"role": "user", "content": "Write a long story."}],
+        max_completion_tokens=7,
+        max_tokens=500,
+        temperature=0,
+    )
+    assert reply.usage.completion_tokens <= 7
+    assert reply.choices[0].finish_reason == "length"
+
+
+def test_stream_role_first_and_usage_last(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="local",
+            messages=[{"role": "user", "content": "Count from one to five."}],
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.usage is None for c in chunks[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    assert chunks[-2].choices[0].finish_reason in ("stop", "length")
+
+
+def test_chat_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": REPEAT}]
+    whole = ask(client, messages, logprobs=True, top_logprobs=3)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    text = "".join(t.token for t in content)
+    assert text == whole.choices[0].message.content
+    for token in content:
+        assert token.logprob <= 0 and len(token.top_logprobs) == 3
+        best = token.top_logprobs[0]
+        assert best.logprob >= token.logprob - 1e-9  # greedy: the token is the best
+        assert best.token == token.token or best.logprob == pytest.approx(token.logprob)
+    streamed = ask(client, messages, logprobs=True, top_logprobs=3, stream=True)
+    tokens = [
+        t
+        for c in streamed
+        if c.choices and c.choices[0].logprobs
+        for t in c.choices[0].logprobs.content
+    ]
+    assert [t.token for t in tokens] == [t.token for t in content]
+    assert [t.logprob for t in tokens] == pytest.approx([t.logprob for t in content], abs=1e-3)
+
+
+def test_completions_prompt_list_echo_and_logprobs(client: openai.OpenAI) -> None:
+    prompt = "The capital of France is"
+    reply = client.completions.create(
+        model="local", prompt=[prompt], max_tokens=5, temperature=0, echo=True, logprobs=2
+    )
+    choice = reply.choices[0]
+    assert choice.text.startswith(prompt) and len(choice.text) > len(prompt)
+    assert len(choice.logprobs.tokens) == reply.usage.completion_tokens
+    assert choice.logprobs.text_offset[0] == len(prompt)
+    assert all(len(top) == 2 for top in choice.logprobs.top_logprobs)
+    with pytest.raises(openai.BadRequestError, match="one prompt per request"):
+        client.completions.create(model="local", prompt=["a", "b"], max_tokens=2)
+
+
+def test_penalties_are_refused_not_ignored(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="frequency_penalty is not supported"):
+        ask(client, [{"role": "user", "content": "Hi"}], frequency_penalty=0.5)
+    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+        ask(client, [{"role": "user", "content": "Hi"}], presence_penalty=-1)
+    assert ask(client, [{"role": "user", "content": "Hi"}], frequency_penalty=0).choices
+
+
+def test_litellm(base: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network here
+    import litellm
+
+    kw = dict(
+        model="openai/local",
+        api_base=f"{base}/v1",
+        api_key="unused",
+        messages=[{"role": "user", "content": "Say hi."}],
+        max_tokens=8,
+        temperature=0,
+    )
+    reply = litellm.completion(**kw)
+    assert reply.choices[0].message.content
+    pieces = [c.choices[0].delta.content or "" for c in litellm.completion(stream=True, **kw)]
+    assert "".join(pieces) == reply.choices[0].message.content
+
+
+def test_langchain_caps_the_length(base: str) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(
+        base_url=f"{base}/v1", api_key="unused", model="local", max_tokens=6, temperature=0
+    )
+    answer = llm.invoke("Write a long story about a dragon.")
+    assert answer.usage_metadata["output_tokens"] <= 6
+    assert answer.response_metadata["finish_reason"] == "length"
+
+
+# ----- errors and cancellation over raw HTTP ----------------------------------------------
+
+
+def test_deep_json_seed_minus_one_and_empty_streams(base: str) -> None:
+    deep = b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    r = httpx.post(f"{base}/v1/completions", content=deep, timeout=30)
+    assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"]
+    ok = post(base, "/v1/completions", {"prompt": "Hi", "max_tokens": 3, "seed": -1})
+    assert ok.status_code == 200
+    for body in (
+        {"prompt": "", "stream": True, "max_tokens": 3},
+        {"prompt": "Hi", "stream": True, "seed": -7},
+    ):
+        r = post(base, "/v1/completions", body)
+        assert r.status_code == 400, r.text  # refused before the stream starts
+
+
+def test_an_error_after_the_stream_started_ends_it_properly(base: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Failure injected at the engine's boundary, after the first event."""
+    from localspec.server.app import Server
+
+    real = Engine.stream
+
+    def failing(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        events = real(self, *args, **kwargs)
+        yield next(events)
+        events.close()
+        raise RuntimeError("the GPU caught fire")
+
+    monkeypatch.setattr(Engine, "stream", failing)
+    assert Server  # the server in this process uses the patched engine
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "stream": True},
+        timeout=60,
+    ) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert error["type"] == "server_error" and "RuntimeError" in error["message"]
+
+
+def test_a_whole_request_whose_client_left_is_cancelled(base: str) -> None:
+    body = {"prompt": "Write a very long essay about rivers.", "max_tokens": 1500}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base}/v1/completions", json=body, timeout=1.5)
+    t0 = time.monotonic()
+    ok = post(base, "/v1/completions", {"prompt": "Hi", "max_tokens": 2}, timeout=30)
+    assert ok.status_code == 200
+    assert time.monotonic() - t0 < 5, "the abandoned generation kept the engine"
+
+
+def test_web_pages_cannot_drive_the_server(engine: Engine) -> None:
+    with LiveServer(engine, ServerSettings(api_key="k")) as url:
+        key = {"Authorization": "Bearer k"}
+        body = json.dumps({"prompt": "Hi", "max_tokens": 2})
+        page = httpx.post(
+            f"{url}/v1/completions",
+            content=body,
+            headers={**key, "Content-Type": "text/plain", "Origin": "http://localhost:3000"},
+        )
+        assert page.status_code == 415
+        evil = httpx.post(
+            f"{url}/v1/completions",
+            content=body,
+            headers={**key, "Content-Type": "application/json", "Origin": "https://evil.example"},
+        )
+        assert evil.status_code == 403 and "--allowed-origins" in evil.json()["error"]["message"]
+        rebound = httpx.post(
+            f"{url}/v1/completions",
+            content=body,
+            headers={**key, "Content-Type": "application/json", "Host": "evil.example:80"},
+        )
+        assert rebound.status_code == 403
+        assert httpx.get(f"{url}/metrics").status_code == 401
+        assert httpx.get(f"{url}/metrics", headers=key).status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200  # public
+    with LiveServer(engine, ServerSettings(allowed_origins=("https://app.example",))) as url:
+        allowed = httpx.post(
+            f"{url}/v1/completions",
+            json={"prompt": "Hi", "max_tokens": 2},
+            headers={"Origin": "https://app.example"},
+        )
+        assert allowed.status_code == 200
+
+
+def test_concurrent_clients_all_get_answers(client: openai.OpenAI) -> None:
+    answers: list[str] = []
+
+    def one() -> None:
+        answers.append(ask(client, [{"role": "user", "content": "Hi"}]).choices[0].message.content)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == 3 and len(set(answers)) == 1  # temperature 0: the same answer
+
+
+def test_what_is_not_supported_yet_is_refused_not_ignored(client: openai.OpenAI) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError, match="tool calls are not supported"):
+        ask(client, [{"role": "user", "content": "Hi"}], tools=[tool])
+    assert ask(client, [{"role": "user", "content": "Hi"}], tools=[tool], tool_choice="none")
+    with pytest.raises(openai.BadRequestError, match="json_object"):
+        ask(client, [{"role": "user", "content": "Hi"}], response_format={"type": "json_object"})
+
+
+def test_identical_greedy_requests_give_identical_answers(client: openai.OpenAI) -> None:
+    """Whatever an earlier request left in the cache (here one sharing the prompt's start),
+    an identical greedy request starts from the same logits and gives the same answer."""
+    # long enough for llama.cpp to use its batched matrix kernels on the whole prompt
+    text = "Here is some context about data structures. " * 8
+    question = [{"role": "user", "content": text + "Explain what a hash map is, step by step."}]
+    first = ask(client, question, logprobs=True, max_tokens=40)
+    # the same prompt again, fully cached now: only its last token would be decoded, alone
+    again = ask(client, question, logprobs=True, max_tokens=40)
+    ask(client, [{"role": "user", "content": question[0]["content"] + " Then a list."}])
+    third = ask(client, question, logprobs=True, max_tokens=40)
+    before = first.choices[0].logprobs.content
+    for later in (again, third):
+        assert later.choices[0].message.content == first.choices[0].message.content
+        after = later.choices[0].logprobs.content
+        assert after[0].logprob == before[0].logprob  # the prompt was evaluated identically
+        assert [t.logprob for t in after] == pytest.approx([t.logprob for t in before], abs=0.05)
