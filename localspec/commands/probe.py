@@ -15,7 +15,7 @@ from rich.table import Table
 
 from localspec import probe
 from localspec.api import Engine
-from localspec.catalog import load_catalog
+from localspec.catalog import Catalog, load_catalog
 from localspec.commands.pairs import Candidate, gather_candidates, judge, unique
 from localspec.errors import LocalspecError
 from localspec.gguf_info import gguf_info
@@ -62,28 +62,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     wanted = parse_modes(args.modes)
     catalog = load_catalog()
     target = resolve_model(args.target, catalog)
-    info = gguf_info(target)
-    args.scan = args.scan or []
-    candidates, notes = gather_candidates(args, catalog) if "draft-model" in wanted else ([], [])
-    rows = judge(target, unique(candidates, target), args.ctx_size)
-    compatible = [c for c, v, _ in rows if v is not None and v.compatible]
-    draftless = [
-        m
-        for m, ok, _ in draftless_modes(info)
-        if ok and m in probe.MEASURABLE_DRAFTLESS and m in wanted
-    ]
     console = Console(stderr=args.json)
-    run = ProbeRun(target, machine_load(), notes=notes)
-    run.rejected = [
-        (c.label, "; ".join(v.reasons) if v else (problem or "unreadable"))
-        for c, v, problem in rows
-        if v is None or not v.compatible
-    ]
-    run.unavailable = [
-        (m, why if not ok else "not measurable in this version of localspec")
-        for m, ok, why in draftless_modes(info)
-        if m not in draftless and m in wanted
-    ]
+    run = ProbeRun(target, machine_load())
+    draftless, compatible = plan(args, run, catalog, wanted)
     console.print(run.machine.describe())
     interrupted = False
     try:
@@ -110,6 +91,34 @@ def cmd_probe(args: argparse.Namespace) -> int:
             )
         )
     return 130 if interrupted else 0
+
+
+def plan(
+    args: argparse.Namespace, run: ProbeRun, catalog: Catalog, wanted: set[str]
+) -> tuple[list[str], list[Candidate]]:
+    """What to measure: the draftless modes the target supports and the compatible drafts;
+    what cannot be measured, and why, goes into ``run``."""
+    info = gguf_info(run.target)
+    args.scan = args.scan or []
+    candidates, run.notes = (
+        gather_candidates(args, catalog) if "draft-model" in wanted else ([], [])
+    )
+    rows = judge(run.target, unique(candidates, run.target), args.ctx_size)
+    run.rejected = [
+        (c.label, "; ".join(v.reasons) if v else (problem or "unreadable"))
+        for c, v, problem in rows
+        if v is None or not v.compatible
+    ]
+    supported = draftless_modes(info)
+    draftless = [
+        m for m, ok, _ in supported if ok and m in probe.MEASURABLE_DRAFTLESS and m in wanted
+    ]
+    run.unavailable = [
+        (m, why if not ok else "not measurable in this version of localspec")
+        for m, ok, why in supported
+        if m not in draftless and m in wanted
+    ]
+    return draftless, [c for c, v, _ in rows if v is not None and v.compatible]
 
 
 def parse_modes(text: str) -> set[str]:
