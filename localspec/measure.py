@@ -8,10 +8,11 @@ decoding speed by 2-10x within seconds. So:
   and its speedup is taken against the mean of its two neighbours (a *pair*); a pair whose
   two plain runs differ by more than ``PLAIN_DRIFT`` saw the machine change under it and is
   set aside;
-- a cell (one configuration on one prompt) is measured at least ``MIN_PAIRS`` times, and
-  more (while the time budget allows) until a majority of its ratios agree within
-  ``TIGHT_SPREAD``: a busy spell slows single runs, so the agreeing majority is the figure
-  (its median), reported with the min-max spread of all steady pairs;
+- a cell (one configuration on one prompt) is measured until a majority of at least
+  ``MIN_PAIRS`` ratios agree within ``TIGHT_SPREAD`` (a busy spell slows single runs, so
+  the agreeing majority is the figure, its median, reported with the min-max spread of all
+  steady pairs), or until one steady pair agrees that closely with the prediction (an
+  independent estimate that does not depend on the clock), or the budget runs out;
 - a figure no drafting could reach (above the ceiling of this machine's measured cost
   curve), plain speeds that moved in every pair, repeats with no agreeing majority, or a
   figure far from the prediction mark the cell *noisy*: it is shown as such, never ranked
@@ -131,7 +132,14 @@ def needs_more(pairs: Sequence[Pair], max_pairs: int, predicted: float | None = 
     only the speculative runs leaves the plain runs steady)."""
     if len(pairs) >= max_pairs:
         return False
-    agreed = _agreed([p.ratio for p in steady(pairs)])
+    ratios = [p.ratio for p in steady(pairs)]
+    if (
+        len(ratios) == 1
+        and predicted is not None
+        and abs(ratios[0] / predicted - 1) <= TIGHT_SPREAD
+    ):
+        return False  # one steady pair, confirmed by the clock-free prediction
+    agreed = _agreed(ratios)
     if agreed is None:
         return True
     far = predicted is not None and abs(statistics.median(agreed) / predicted - 1) > DISAGREEMENT

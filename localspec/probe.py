@@ -149,9 +149,12 @@ def measure(
 def _another(
     pairs: Sequence[Pair], max_pairs: int, predicted: float | None, budget: Budget | None
 ) -> bool:
-    if len(pairs) < MIN_PAIRS:
+    if not pairs:
         return True
-    return needs_more(pairs, max_pairs, predicted) and (budget is None or budget.allows_more())
+    if not needs_more(pairs, max_pairs, predicted):
+        return False
+    # the first MIN_PAIRS are always measured; the budget pays for more
+    return len(pairs) < MIN_PAIRS or budget is None or budget.allows_more()
 
 
 def _draft_step(config: ProbeConfig, stats: Stats, calibrated: float | None) -> float:

@@ -78,6 +78,9 @@ def test_more_pairs_while_the_spread_is_wide() -> None:
     assert not needs_more([*wide, Pair(60, 102, 60)], 4)  # two of three agree
     drifting = [Pair(60, 120, 60), Pair(60, 120, 20)]  # only one steady pair so far
     assert needs_more(drifting, 4)
+    # one steady pair that the clock-free prediction confirms is enough; one it does not, not
+    assert not needs_more([Pair(60, 120, 60)], 4, predicted=2.05)
+    assert needs_more([Pair(60, 120, 60)], 4, predicted=2.5)
 
 
 def test_the_prediction_uses_the_draft_lengths_and_the_cost_curve() -> None:

@@ -21,7 +21,7 @@ from localspec.errors import LocalspecError
 from localspec.gguf_info import gguf_info
 from localspec.hardware import MachineLoad, machine_load
 from localspec.measure import Budget, shown
-from localspec.pairing import draftless_modes
+from localspec.pairing import MAX_USEFUL_SIZE_RATIO, draftless_modes
 from localspec.prompts import PromptCase, select_prompts
 from localspec.sources import resolve_model
 
@@ -118,7 +118,22 @@ def plan(
         for m, ok, why in supported
         if m not in draftless and m in wanted
     ]
-    return draftless, [c for c, v, _ in rows if v is not None and v.compatible]
+    compatible = []
+    for c, v, _ in rows:
+        if v is None or not v.compatible:
+            continue
+        if v.size_ratio >= MAX_USEFUL_SIZE_RATIO:  # each drafted token costs a target step
+            run.unavailable.append(
+                (
+                    f"draft-model {c.label}",
+                    f"the draft is {100 * v.size_ratio:.0f}% of the target's size: it cannot "
+                    "pay (pass it with --candidates to measure it anyway)",
+                )
+            )
+            if c.label not in args.candidates:
+                continue
+        compatible.append(c)
+    return draftless, compatible
 
 
 def parse_modes(text: str) -> set[str]:
@@ -178,7 +193,7 @@ def announce(m: probe.Measurement, ceiling: float, console: Console) -> None:
     console.print(
         f"  {m.config.label} on {m.prompt}: "
         f"{shown(v.measured, v.low, v.high, v.noisy, ceiling)}{predicted} "
-        f"(accept {100 * m.acceptance_rate:.0f}%, {v.n_pairs} runs)"
+        f"(accept {100 * m.acceptance_rate:.0f}%, {v.n_pairs} run{'s' if v.n_pairs > 1 else ''})"
         + (f" [yellow]{'; '.join(v.reasons)}[/]" if v.noisy else ""),
         highlight=False,
     )
@@ -213,10 +228,12 @@ def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
         f"ceiling {run.ceiling:.2f}x)"
     )
     kinds = sorted({m.kind for m in run.measurements})
-    table.add_column("#")
-    table.add_column("configuration", no_wrap=True)
-    for col in ("speedup", "measured (min-max)", "predicted", *kinds, "accept", "L"):
-        table.add_column(col, overflow="fold")
+    table.add_column("#", no_wrap=True)
+    table.add_column("configuration", overflow="fold", ratio=3, min_width=16)
+    table.add_column("speedup", no_wrap=True)
+    table.add_column("measured (min-max)", ratio=2, min_width=10)
+    for col in ("predicted", *kinds, "accept", "L"):
+        table.add_column(col, no_wrap=True)
     for i, r in enumerate(best, 1):
         table.add_row(
             str(i),
