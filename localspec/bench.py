@@ -169,7 +169,9 @@ def mean_positions(rows: Sequence[Sequence[float]]) -> list[float]:
 def exact_match(runs: Sequence[Run], plain: dict[tuple[str, float, int], Run]) -> str:
     worst = "identical"
     for r in runs:
-        p = plain[(r.prompt, r.temperature, r.repeat)]
+        p = plain.get((r.prompt, r.temperature, r.repeat))
+        if p is None:  # an interrupted bench: this repeat's plain run never came
+            continue
         report = compare(p.tokens, p.margins, r.tokens, p.runners_up)
         if not report.ok:
             return "DIVERGED"

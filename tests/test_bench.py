@@ -126,6 +126,18 @@ def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
     assert "machine quiet" in out or "machine busy" in out
 
 
+def test_an_interrupted_repeat_without_its_plain_run_is_summarised() -> None:
+    from localspec.bench import Run, summarise
+
+    def run(mode: str, repeat: int) -> Run:
+        return Run(mode, "p", "qa", 0.0, repeat, 10, 500.0, 20.0, 4, 2, 1.5, (0.5,), 1.0, 9.0)
+
+    # repeat 1 rotated ngram-simple before plain, and Ctrl-C came in between
+    cells = summarise([run("none", 0), run("ngram-simple", 0), run("ngram-simple", 1)])
+    spec = next(c for c in cells if c.mode == "ngram-simple")
+    assert spec.speedup_median == pytest.approx(1.0) and spec.exact_match == "identical"
+
+
 def test_cells_above_the_ceiling_are_flagged_and_not_printed() -> None:
     from localspec.bench import Run, flag_noise, markdown, summarise
 
