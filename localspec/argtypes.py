@@ -87,3 +87,21 @@ temperature = real(0.0, 100.0, note=" (0: greedy)")
 probability = real(0.0, 1.0)
 port = integer(0, 65535)
 top_p = real(0.0, 1.0, lo_open=True, note=" (1: off)")
+
+
+def text(value: str) -> str:
+    """A non-empty string (an empty stop string would do nothing)."""
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def origins(value: str) -> tuple[str, ...]:
+    """``--allowed-origins``: ``*``, or web origins written as scheme://host[:port]."""
+    found = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
+    for origin in found:
+        if origin != "*" and not origin.startswith(("http://", "https://")):
+            raise argparse.ArgumentTypeError(
+                f"{origin!r} is not a web origin: write it as https://host[:port], or * for any"
+            )
+    return found

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from localspec import argtypes as at
 from localspec.errors import LocalspecError
@@ -149,13 +150,20 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=at.top_p, default=1.0, help="top-p (1: off)")
     g.add_argument("--min-p", type=at.probability, default=0.0, help="min-p (0: off)")
     g.add_argument("-s", "--seed", type=at.seed, default=None, help="random seed (-1: random)")
-    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument(
+        "--stop", action="append", type=at.text, default=[], help="stop string (repeatable)"
+    )
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag said in one line and a hint instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  hint: see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="localspec", description="Lossless speculative decoding for local LLMs."
-    )
+    parser = Parser(prog="localspec", description="Lossless speculative decoding for local LLMs.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="generate from a prompt, with speculation")
     add_model_flags(run)
@@ -336,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--allowed-origins",
-        default="",
+        type=at.origins,
+        default=(),
         metavar="ORIGINS",
         help="web origins that may call the API besides loopback ones, comma-separated "
         "(e.g. https://app.example.com; *: any)",

@@ -298,9 +298,21 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
     progress; offline, a file already in the cache is used. The hub's SHA-256 (the ETag of
     LFS files) is checked after a download."""
     catalog = catalog or load_catalog()
-    if ref in catalog.models or "/" not in ref:
-        return fetch_entry(catalog.get(ref), catalog)
-    repo, _, file = ref.partition(":")
+    if ref in catalog.models:
+        return fetch_entry(catalog.models[ref], catalog)
+    if "/" not in ref:
+        try:
+            catalog.get(ref)
+        except LocalspecError as exc:
+            raise LocalspecError(
+                f"pull: {ref!r} is not a model of the catalog {catalog.path}",
+                f"{exc.hint}; or give a Hugging Face repo as OWNER/NAME[:FILE.gguf]",
+            ) from None
+    repo, colon, file = ref.partition(":")
+    if colon and not file:
+        raise LocalspecError(
+            f"pull: {ref!r} names no file after ':'", "write OWNER/NAME:FILE.gguf, or drop the ':'"
+        )
     check_hub_ref(repo, file)
     from huggingface_hub import try_to_load_from_cache
 

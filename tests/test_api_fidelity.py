@@ -230,7 +230,7 @@ def test_an_error_after_the_stream_started_ends_it_properly(base: str, monkeypat
 
 
 def test_a_whole_request_whose_client_left_is_cancelled(base: str) -> None:
-    body = {"prompt": "Write a very long essay about rivers.", "max_tokens": 1500}
+    body = {"prompt": REPEAT, "max_tokens": 1500, "temperature": 0}  # repeats to the end
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{base}/v1/completions", json=body, timeout=1.5)
     t0 = time.monotonic()
@@ -313,3 +313,26 @@ def test_identical_greedy_requests_give_identical_answers(client: openai.OpenAI)
         after = later.choices[0].logprobs.content
         assert after[0].logprob == before[0].logprob  # the prompt was evaluated identically
         assert [t.logprob for t in after] == pytest.approx([t.logprob for t in before], abs=0.05)
+
+
+def test_logprob_bytes_rebuild_characters_split_across_tokens(client: openai.OpenAI) -> None:
+    reply = ask(
+        client,
+        [{"role": "user", "content": "Write the emoji for fire and a smiley"}],
+        logprobs=True,
+        max_tokens=7,
+    )
+    tokens = reply.choices[0].logprobs.content
+    raw = [bytes(t.bytes) for t in tokens]
+    assert any(not _utf8(b) for b in raw), "the model wrote no split character: test is void"
+    assert b"".join(raw).decode("utf-8", errors="replace") == reply.choices[0].message.content
+    for t, b in zip(tokens, raw, strict=True):  # the text of a partial token escapes its bytes
+        assert t.token == b.decode("utf-8", errors="backslashreplace")
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

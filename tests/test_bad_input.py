@@ -277,3 +277,20 @@ async def test_chat_exits_with_the_error_when_the_model_cannot_load(
             await pilot.pause(0.05)
     assert app.return_code == 2 and app.load_error is not None
     assert "truncated" in str(app.load_error)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", MISSING, "--stop", ""], "argument --stop: must not be empty"),
+        (["serve", MISSING, "--allowed-origins", "evil"], "'evil' is not a web origin"),
+        (["pull", "foo/bar:"], "names no file after ':'"),
+        (["pull", "nonsense repo!!"], "OWNER/NAME[:FILE.gguf]"),
+        (["serve", MISSING, "--host", "not a host!", "--port", "0"], "cannot listen on"),
+    ],
+)
+def test_more_bad_input_found_by_trying(capsys, argv, expected) -> None:  # type: ignore[no-untyped-def]
+    code, text = outcome(capsys, argv)
+    assert_refused(code, text, expected)
+    assert "usage:" not in text  # one line and a hint, not argparse's usage block
+    assert "warning" not in text  # nothing said before the error about what never happened

@@ -179,7 +179,10 @@ def run_all(
             if cost is None:  # one calibration of the target serves every engine
                 cost = engine.verify_cost(max(lengths))
                 run.ceiling = cost.ceiling()
-                console.print(f"ceiling of this machine: {run.ceiling:.2f}x")
+                console.print(
+                    f"ceiling of this machine for drafts up to {max(lengths)} tokens: "
+                    f"{run.ceiling:.2f}x"
+                )
             engine.use_cost(cost)
             configs = [probe.ProbeConfig(mode, n, str(draft) if draft else None) for n in lengths]
             for m in probe.measure(engine, configs, prompts, **gen):  # type: ignore[arg-type]

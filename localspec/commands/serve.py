@@ -57,6 +57,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def cmd_serve(args: argparse.Namespace) -> int:
     from localspec.server.app import ServerSettings, create_app
 
+    listening = bind_socket(args.host, args.port)
     loopback = is_loopback_host(args.host)
     if not loopback and not args.api_key:
         print(
@@ -65,12 +66,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    listening = bind_socket(args.host, args.port)
     with listening, load_engine(args) as engine:
         settings = ServerSettings(
             api_key=args.api_key,
             max_queue=args.max_queue,
-            allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
+            allowed_origins=args.allowed_origins,
             loopback_hosts_only=loopback,
         )
         app = create_app(engine, settings)

@@ -290,8 +290,9 @@ class Server:
             "timings": timings_block(stats),
         }
 
-    def token_text(self, token: int) -> str:
-        return self.engine.target.piece(token).decode("utf-8", errors="replace")
+    def token_bytes(self, token: int) -> bytes:
+        """A token's own bytes: a token may hold only part of a UTF-8 character."""
+        return self.engine.target.piece(token)
 
     async def models(self, request: Request) -> Response:
         try:

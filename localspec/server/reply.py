@@ -10,6 +10,7 @@ A whole response whose client goes away stops its generation within a round.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import logging
 import uuid
@@ -40,20 +41,24 @@ class Reply:
         self.chat = isinstance(req, ChatRequest)
         self.rid = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.echo = req.text if isinstance(req, CompletionRequest) and req.echo else ""
-        self.offset = len(self.echo)  # text_offset of the next token (completions logprobs)
+        # text_offset of the next token (completions logprobs), in characters of the text:
+        # a token that ends inside a character adds none until the character is complete
+        self.offset = len(self.echo)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     # ----- logprobs ---------------------------------------------------------------------------
 
+    def _token(self, token: int, logprob: float) -> dict[str, Any]:
+        """OpenAI's shape: the token as text (``\\x..`` escapes for bytes that are only part
+        of a character) and its exact bytes, which rebuild the text when joined."""
+        raw = self.server.token_bytes(token)
+        text = raw.decode("utf-8", errors="backslashreplace")
+        return {"token": text, "logprob": logprob, "bytes": list(raw)}
+
     def _entry(self, token: int, lp: TokenLogprob) -> dict[str, Any]:
-        text = self.server.token_text(token)
         return {
-            "token": text,
-            "logprob": lp[0],
-            "bytes": list(text.encode()),
-            "top_logprobs": [
-                {"token": (t := self.server.token_text(i)), "logprob": v, "bytes": list(t.encode())}
-                for i, v in lp[1]
-            ],
+            **self._token(token, lp[0]),
+            "top_logprobs": [self._token(i, v) for i, v in lp[1]],
         }
 
     def logprobs(self, event: StepEvent) -> dict[str, Any] | None:
@@ -66,7 +71,7 @@ class Reply:
         offsets = []
         for e in entries:
             offsets.append(self.offset)
-            self.offset += len(e["token"])
+            self.offset += len(self.decoder.decode(bytes(e["bytes"])))
         return {
             "tokens": [e["token"] for e in entries],
             "token_logprobs": [e["logprob"] for e in entries],
