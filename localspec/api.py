@@ -22,12 +22,14 @@ from pathlib import Path
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
 from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import VerifyCost, one_token_seconds
+from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
@@ -120,6 +122,7 @@ class Engine:
         self._cost: VerifyCost | None = None
         self._draft_step: float | None = None
         self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
+        self._byte_tokens: ByteTokens | None = None
 
     def verify_cost(self, n_max: int | None = None) -> VerifyCost:
         """The target's batch-size cost curve, measured on first use (2-3 s on a 2-core CPU
@@ -249,6 +252,10 @@ class Engine:
         it measured carry over to the next prompt (acceptance is learnt per answer)."""
         if mode == "none" or not spec.adaptive:
             return None
+        if mode == GrammarForcedDrafter.name:
+            # what a grammar forces is the target's own choice but for a tokenization or a
+            # whitespace guess, and costs nothing to draft: always drafted, never paused
+            return AdaptiveController(spec.n_max, None, spec.n_min, enabled=False)
         key = (mode, spec)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
@@ -262,25 +269,53 @@ class Engine:
             modes += [self.draft_kind, f"ngram-simple,{self.draft_kind}"]
         return modes
 
-    def _drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter | None:
+    def _drafter(
+        self,
+        mode: str,
+        sampling: SamplingParams,
+        spec: SpecConfig,
+        grammar: GrammarState | None = None,
+    ) -> Drafter | None:
+        """The mode's drafter; under a grammar, a chain whose first link drafts what the
+        grammar forces (plain decoding, mode "none", stays plain)."""
         if mode == "none":
             return None
-        parts = parse_mode(mode)
-        drafters = [self._single_drafter(part, sampling, spec) for part in parts]
+        parts = self._parts(mode, grammar)
+        drafters = [self._single_drafter(part, sampling, spec, grammar) for part in parts]
         if len(drafters) == 1:
             return drafters[0]
         return ChainedDrafter(drafters, [self._part_spec(p, spec).n_max for p in parts])
 
     @staticmethod
+    def _parts(mode: str, grammar: GrammarState | None) -> list[str]:
+        parts = parse_mode(mode) if mode != "none" else []
+        return [GrammarForcedDrafter.name, *parts] if grammar is not None and parts else parts
+
+    @staticmethod
     def _part_spec(part: str, spec: SpecConfig) -> SpecConfig:
         """A chain member's settings: a neural drafter is capped at CHAIN_NEURAL_N_MAX."""
-        if part in LOOKUP_MODES or spec.n_max <= CHAIN_NEURAL_N_MAX:
+        if part in (*LOOKUP_MODES, GrammarForcedDrafter.name) or spec.n_max <= CHAIN_NEURAL_N_MAX:
             return spec
         return replace(spec, n_max=CHAIN_NEURAL_N_MAX, n_min=min(spec.n_min, CHAIN_NEURAL_N_MAX))
 
-    def _single_drafter(self, mode: str, sampling: SamplingParams, spec: SpecConfig) -> Drafter:
+    def _single_drafter(
+        self,
+        mode: str,
+        sampling: SamplingParams,
+        spec: SpecConfig,
+        grammar: GrammarState | None = None,
+    ) -> Drafter:
         if mode == "ngram-simple":
+            if grammar is not None:
+                # structured answers copy values from the prompt, framed by the grammar's
+                # punctuation: a one-token key is what a copy starts from there
+                return NgramDrafter(replace(self.ngram, min_n=1))
             return NgramDrafter(self.ngram)
+        if mode == GrammarForcedDrafter.name:
+            assert grammar is not None
+            if self._byte_tokens is None:
+                self._byte_tokens = ByteTokens(self.target)
+            return GrammarForcedDrafter(self.target, grammar, self._byte_tokens)
         assert mode == self.draft_kind
         if mode == "draft-mtp":
             assert self.mtp is not None
@@ -308,12 +343,15 @@ class Engine:
         record_margins: bool = False,
         logprobs: int | None = None,
         reproducible: bool = False,
+        grammar: str | None = None,
     ) -> Iterator[StepEvent]:
         """Generate, yielding one ``StepEvent`` per round. ``mode`` may switch to "none" (or
         to any mode the loaded models allow) for this call only. ``logprobs``: each token's
         log-probability under the target, with that many alternatives (None: off).
         ``reproducible``: the prompt is evaluated as in a fresh context, so that identical
-        requests start from identical logits (see ``Backend.evaluate``)."""
+        requests start from identical logits (see ``Backend.evaluate``). ``grammar``: GBNF
+        text the output must follow (``schema_grammar`` makes it from a JSON schema); the
+        target's distribution is masked by it, and what it forces is drafted for free."""
         sampling = validate_sampling(temperature, top_k, top_p, min_p, seed)
         if max_tokens is not None and max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
@@ -326,10 +364,12 @@ class Engine:
         spec = spec or self.spec
         spec.validate()
         tokens = self.tokenize_prompt(prompt, chat, system)
-        drafter = self._drafter(mode, sampling, spec)
+        compiled = Grammar(self.target, grammar) if grammar is not None else None
+        state = compiled.start() if compiled is not None else None
+        drafter = self._drafter(mode, sampling, spec, state)
         control: DraftControl | None
         if isinstance(drafter, ChainedDrafter) and spec.adaptive:
-            parts = [self._controller(p, self._part_spec(p, spec)) for p in parse_mode(mode)]
+            parts = [self._controller(p, self._part_spec(p, spec)) for p in self._parts(mode, state)]
             control = ChainController(drafter, [c for c in parts if c is not None])
         else:
             control = self._controller(mode, spec)
@@ -347,12 +387,15 @@ class Engine:
             control,
             logprobs,
             reproducible,
+            state,
         )
         try:
             yield from loop.steps()
         finally:
             if drafter is not None:
                 drafter.close()
+            if state is not None:
+                state.close()
 
     def _follow_with_mtp(self, on: bool) -> None:
         """The MTP context mirrors the target only in draft-mtp generations (a plain one pays

@@ -19,6 +19,7 @@ import numpy as np
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.adaptive import AdaptiveController, ShadowCheck
 from localspec.engine.backend import Backend, BackendOptions
+from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.output import OutputAssembler
 from localspec.engine.stats import Stats, StatsRecorder
 from localspec.engine.verify import (
@@ -127,10 +128,13 @@ class SpeculativeLoop:
         control: DraftControl | None = None,
         logprobs: int | None = None,
         reproducible: bool = False,
+        grammar: GrammarState | None = None,
     ) -> None:
         """``logprobs``: report each emitted token's log-probability and that many of the
         most likely alternatives (None: none). ``reproducible``: evaluate the prompt as a
-        fresh context would, whatever the cache held (see ``Backend.evaluate``)."""
+        fresh context would, whatever the cache held (see ``Backend.evaluate``).
+        ``grammar``: the state of a grammar the output must follow (see grammar.py); the
+        loop advances it by every emitted token."""
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
                 f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx}",
@@ -147,6 +151,7 @@ class SpeculativeLoop:
         self.record_margins = record_margins
         self.logprobs = logprobs
         self.reproducible = reproducible
+        self.grammar = grammar
         self.rng = np.random.default_rng(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
         self.control: DraftControl = control or AdaptiveController(
@@ -193,15 +198,32 @@ class SpeculativeLoop:
             return int(row.argmax())
         return sample_row(row, self.sampling, self.rng)[0]
 
+    def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
+        """The rows as the acceptance rules must see them: masked by the grammar, if any."""
+        if self.grammar is None:
+            return rows
+        temperature = None if self.sampling.greedy else self.sampling.temperature
+        return ConstrainedRows(rows, draft, self.grammar, temperature, self.record_margins)
+
+    def _follow_grammar(self, tokens: Sequence[int]) -> None:
+        if self.grammar is None:
+            return
+        for token in tokens:
+            if self.target.is_eog(token):
+                break
+            self.grammar.accept(token)
+
     def steps(self) -> Iterator[StepEvent]:
-        row = self.target.evaluate(self.prompt, self.reproducible)
+        raw = self.target.evaluate(self.prompt, self.reproducible)
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
             self.control.note_catch_up(getattr(self.drafter, "catch_up_per_token", None))
         self.recorder.t_prefilled = time.perf_counter()
+        row = self._constrained(raw[None, :], ())[0]
         last = self._choose(row)
+        self._follow_grammar([last])
         margins = [top2(row)] if self.record_margins else []
-        logprobs = self._logprobs(row[None, :], [last])
+        logprobs = self._logprobs(raw[None, :], [last])
         emitted = self.output.push(last)
         self.recorder.t_first = time.perf_counter()
         yield self._event([last] if emitted else [], [False] if emitted else [], margins, logprobs)
@@ -277,6 +299,8 @@ class SpeculativeLoop:
             draft = self.drafter.propose(context, k)
         if len(draft) > k:
             draft = draft.truncated(k)
+        if self.grammar is not None and draft.tokens:
+            draft = draft.truncated(self.grammar.valid_prefix(draft.tokens))
         if len(draft) < self.spec.n_min:
             draft = Draft()
         if draft.tokens:
@@ -286,7 +310,8 @@ class SpeculativeLoop:
             shadow = self._shadow_check(context)
         t1 = time.perf_counter()
         n_past = self.target.n_past
-        rows = self.target.decode([last, *draft.tokens], all_logits=True)
+        raw = self.target.decode([last, *draft.tokens], all_logits=True)
+        rows = self._constrained(raw, draft.tokens)
         p_plain = None  # a plain round's processed distribution, kept for a shadow guess
         if self.sampling.greedy:
             n_acc, chosen = accept_greedy(draft.tokens, rows)
@@ -297,7 +322,8 @@ class SpeculativeLoop:
                 draft.tokens, draft.probs, rows, self.sampling, self.rng
             )
         margins = [top2(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
-        logprobs = self._logprobs(rows, [*draft.tokens[:n_acc], chosen])
+        logprobs = self._logprobs(raw, [*draft.tokens[:n_acc], chosen])
+        self._follow_grammar([*draft.tokens[:n_acc], chosen])
         if n_acc < len(draft):
             self.target.trim(n_past + 1 + n_acc)
         t2 = time.perf_counter()

@@ -125,22 +125,21 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(starts[block]) + index
 
 
-def accept_greedy(draft: Sequence[int], target_rows: np.ndarray) -> tuple[int, int]:
+def accept_greedy(draft: Sequence[int], target_rows: Sequence[np.ndarray]) -> tuple[int, int]:
     """Return (number of drafted tokens accepted, the target's token that follows them).
 
     ``target_rows[i]`` are the target's logits after the context plus ``draft[:i]``; there are
-    ``len(draft) + 1`` rows."""
-    choices = target_rows.argmax(axis=1)
+    ``len(draft) + 1`` rows, read in order and only up to the first mismatch."""
     n = 0
-    while n < len(draft) and draft[n] == choices[n]:
+    while n < len(draft) and draft[n] == int(target_rows[n].argmax()):
         n += 1
-    return n, int(choices[n])
+    return n, int(target_rows[n].argmax())
 
 
 def accept_sampling(
     draft: Sequence[int],
     draft_probs: Sequence[np.ndarray] | None,
-    target_rows: np.ndarray,
+    target_rows: Sequence[np.ndarray],
     params: SamplingParams,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
