@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainController, ChainedDrafter
@@ -243,9 +244,14 @@ class Engine:
         return self.target.path
 
     def tokenize_prompt(
-        self, prompt: str | Sequence[Message], chat: bool = False, system: str | None = None
+        self,
+        prompt: str | Sequence[Message],
+        chat: bool = False,
+        system: str | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        return build_prompt(self.target, prompt, chat or not isinstance(prompt, str), system)
+        chat = chat or not isinstance(prompt, str)
+        return build_prompt(self.target, prompt, chat, system, tools)
 
     def _controller(self, mode: str, spec: SpecConfig) -> AdaptiveController | None:
         """One adaptive controller per (mode, settings), kept across generations: the costs
@@ -344,6 +350,7 @@ class Engine:
         logprobs: int | None = None,
         reproducible: bool = False,
         grammar: str | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> Iterator[StepEvent]:
         """Generate, yielding one ``StepEvent`` per round. ``mode`` may switch to "none" (or
         to any mode the loaded models allow) for this call only. ``logprobs``: each token's
@@ -351,7 +358,9 @@ class Engine:
         ``reproducible``: the prompt is evaluated as in a fresh context, so that identical
         requests start from identical logits (see ``Backend.evaluate``). ``grammar``: GBNF
         text the output must follow (``schema_grammar`` makes it from a JSON schema); the
-        target's distribution is masked by it, and what it forces is drafted for free."""
+        target's distribution is masked by it, and what it forces is drafted for free.
+        ``tools``: OpenAI-style function tools shown to the model through its chat template
+        (``toolcalls`` reads the calls back from the text)."""
         sampling = validate_sampling(temperature, top_k, top_p, min_p, seed)
         if max_tokens is not None and max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
@@ -363,13 +372,15 @@ class Engine:
             )
         spec = spec or self.spec
         spec.validate()
-        tokens = self.tokenize_prompt(prompt, chat, system)
+        tokens = self.tokenize_prompt(prompt, chat, system, tools)
         compiled = Grammar(self.target, grammar) if grammar is not None else None
         state = compiled.start() if compiled is not None else None
         drafter = self._drafter(mode, sampling, spec, state)
         control: DraftControl | None
         if isinstance(drafter, ChainedDrafter) and spec.adaptive:
-            parts = [self._controller(p, self._part_spec(p, spec)) for p in self._parts(mode, state)]
+            parts = [
+                self._controller(p, self._part_spec(p, spec)) for p in self._parts(mode, state)
+            ]
             control = ChainController(drafter, [c for c in parts if c is not None])
         else:
             control = self._controller(mode, spec)

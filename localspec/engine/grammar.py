@@ -57,6 +57,7 @@ class Grammar:
     def __init__(self, backend: Backend, gbnf: str, root: str = "root") -> None:
         self.backend = backend
         self.gbnf = gbnf
+        self._initial: llama_cpp.llama_sampler_p | None = None
         sampler = llama_cpp.llama_sampler_init_grammar(backend.vocab, gbnf.encode(), root.encode())
         if not sampler:
             raise LocalspecError(
@@ -100,7 +101,7 @@ class GrammarState:
 
     def __init__(self, grammar: Grammar, sampler: llama_cpp.llama_sampler_p) -> None:
         self.grammar = grammar
-        self._sampler = sampler
+        self._sampler: llama_cpp.llama_sampler_p | None = sampler
 
     def clone(self) -> GrammarState:
         return GrammarState(self.grammar, llama_cpp.llama_sampler_clone(self._sampler))

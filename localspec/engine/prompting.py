@@ -4,13 +4,15 @@ own chat template (rendered by llama-cpp-python's sandboxed Jinja2 formatter).""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.engine.backend import Backend
+from localspec.engine.toolcalls import describe_tools, format_for
 from localspec.errors import LocalspecError
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 # Used when a GGUF carries no template: ChatML, which most small instruct models were tuned on.
 CHATML = (
@@ -36,15 +38,22 @@ def messages_from(prompt: str | Sequence[Message], system: str | None = None) ->
     return messages
 
 
-def render_chat(backend: Backend, messages: Sequence[Message]) -> str:
-    """The text the model's chat template makes of these messages (generation prompt added)."""
+def render_chat(
+    backend: Backend, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+) -> str:
+    """The text the model's chat template makes of these messages (generation prompt added).
+    ``tools``: functions the model may call; a template that does not render tools gets
+    them described in the system message (``toolcalls.describe_tools``)."""
+    template = backend.chat_template()
+    if tools and not format_for(template)[1]:
+        messages, tools = describe_tools(list(messages), tools), None
     formatter = Jinja2ChatFormatter(
-        backend.chat_template() or CHATML,
+        template or CHATML,
         eos_token=special_text(backend, backend.eos_token),
         bos_token=special_text(backend, backend.bos_token),
     )
     try:
-        return formatter(messages=list(messages)).prompt
+        return formatter(messages=list(messages), tools=list(tools) if tools else None).prompt
     except Exception as exc:  # template errors come from user-supplied GGUF metadata
         raise LocalspecError(
             f"the chat template of {backend.path.name} failed: {exc}",
@@ -57,12 +66,16 @@ def special_text(backend: Backend, token: int) -> str:
 
 
 def build_prompt(
-    backend: Backend, prompt: str | Sequence[Message], chat: bool, system: str | None = None
+    backend: Backend,
+    prompt: str | Sequence[Message],
+    chat: bool,
+    system: str | None = None,
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> list[int]:
     """Tokenize a raw prompt, or render messages with the chat template and tokenize that."""
-    if not chat and isinstance(prompt, str):
+    if not chat and isinstance(prompt, str) and not tools:
         return backend.tokenize(prompt, add_special=True, parse_special=True)
-    text = render_chat(backend, messages_from(prompt, system))
+    text = render_chat(backend, messages_from(prompt, system), tools)
     # A template that writes the BOS token itself must not get a second one from the tokenizer.
     # End-of-turn tokens need no stop string: they are end-of-generation tokens for llama.cpp.
     bos = special_text(backend, backend.bos_token)

@@ -21,7 +21,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localspec.api import Engine, validate_sampling
+from localspec.engine.grammar import schema_grammar
 from localspec.engine.stats import Stats
+from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, format_for
 from localspec.errors import LocalspecError
 from localspec.modes import canonical
 from localspec.server.guard import body_type_allowed, host_of, is_loopback_host, origin_allowed
@@ -50,6 +52,7 @@ class Server:
         self.runner = EngineRunner(engine, settings.max_queue)
         self.metrics = ServerMetrics()
         self.model_id = engine.target_path.stem
+        self.tool_format = format_for(engine.target.chat_template())[0]
         self.created = int(time.time())
 
     # ----- plumbing -----------------------------------------------------------------------
@@ -136,9 +139,39 @@ class Server:
                 )
         if req.logit_bias:
             raise ApiError(400, "logit_bias is not supported", param="logit_bias")
-        if isinstance(req, ChatRequest) and (refused := req.unsupported()):
-            raise ApiError(400, refused[1], param=refused[0])
         return req
+
+    def constraints(self, req: CompletionRequest | ChatRequest) -> dict[str, Any]:
+        """The tools shown to the model and the grammar its answer must follow (a required
+        or named tool call, or a JSON response format)."""
+        if not isinstance(req, ChatRequest):
+            return {"tools": None, "grammar": None}
+        tools = req.active_tools
+        try:
+            chosen = chosen_tools(tools, req.tool_choice) if tools else None
+            if tools:
+                check_tools(tools)
+        except LocalspecError as exc:
+            raise ApiError(400, exc.message, param="tools") from None
+        try:
+            schema = req.response_schema()
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="response_format") from None
+        if chosen and schema is not None:
+            raise ApiError(
+                400,
+                "a required tool call and a JSON response_format cannot both shape one answer",
+                param="response_format",
+            )
+        try:
+            if chosen:
+                grammar = self.tool_format.grammar(chosen)
+            else:
+                grammar = schema_grammar(schema) if schema is not None else None
+        except LocalspecError as exc:
+            where = "tools" if chosen else "response_format"
+            raise ApiError(400, exc.message, param=where) from None
+        return {"tools": tools, "grammar": grammar}
 
     def generation_args(self, req: CompletionRequest | ChatRequest) -> dict[str, Any]:
         over = req.speculative
@@ -174,9 +207,10 @@ class Server:
             if isinstance(req, CompletionRequest)
             else [m.for_template() for m in req.messages]
         )
+        constraints = self.constraints(req)
         try:
             validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
-            n_prompt = len(self.engine.tokenize_prompt(prompt))
+            n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
         except LocalspecError as exc:
             raise ApiError(400, exc.message) from None
         where = "messages" if isinstance(req, ChatRequest) else "prompt"
@@ -204,6 +238,7 @@ class Server:
             logprobs=req.wants_logprobs if isinstance(req, ChatRequest) else req.top_logprobs,
             # identical greedy requests must not depend on what earlier ones left cached
             reproducible=req.temperature == 0,
+            **constraints,
         )
 
     async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream:
@@ -270,7 +305,9 @@ class Server:
         except ApiError as exc:
             self.metrics.requests.labels(endpoint, str(exc.status)).inc()
             return exc.response()
-        reply = Reply(self, req, args["mode"], endpoint)
+        tools = args.get("tools")
+        tool_format = for_tools(self.tool_format, tools) if tools else None
+        reply = Reply(self, req, args["mode"], endpoint, tool_format)
         if req.stream:
             return StreamingResponse(reply.sse(events), media_type="text/event-stream")
         return await reply.whole(request, events)

@@ -21,10 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localspec.engine.loop import StepEvent, TokenLogprob
+from localspec.engine.toolcalls import ToolFormat
 from localspec.errors import LocalspecError
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError
+from localspec.server.tool_stream import ToolCallStream, call_deltas
 
 if TYPE_CHECKING:
     from localspec.server.app import Server
@@ -35,9 +37,16 @@ DISCONNECT_POLL_S = 0.2
 
 class Reply:
     def __init__(
-        self, server: Server, req: ChatRequest | CompletionRequest, mode: str, endpoint: str
+        self,
+        server: Server,
+        req: ChatRequest | CompletionRequest,
+        mode: str,
+        endpoint: str,
+        tool_format: ToolFormat | None = None,
     ) -> None:
+        """``tool_format``: how the model writes tool calls, when it was shown tools."""
         self.server, self.req, self.mode, self.endpoint = server, req, mode, endpoint
+        self.tool_format = tool_format
         self.chat = isinstance(req, ChatRequest)
         self.rid = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.echo = req.text if isinstance(req, CompletionRequest) and req.echo else ""
@@ -108,7 +117,13 @@ class Reply:
         reason = last.finish_reason
         choice: dict[str, Any] = {"index": 0}
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": "".join(text)}
+            choice["message"] = message = {"role": "assistant", "content": "".join(text)}
+            if self.tool_format is not None:
+                content, calls = self.tool_format.parse(message["content"])
+                if calls:
+                    message["content"] = content
+                    message["tool_calls"] = [call.as_openai() for call in calls]
+                    reason = tool_reason(reason)
         else:
             choice["text"] = "".join(text)
         choice.update(logprobs=self.merged(lps), finish_reason=reason)
@@ -142,8 +157,21 @@ class Reply:
             choice = {"index": 0, "text": delta, "logprobs": logprobs, "finish_reason": reason}
         return data({**self._head(), "choices": [choice], **(extras or {})})
 
+    def _deltas(self, event: StepEvent, tools: ToolCallStream | None) -> list[dict[str, Any]]:
+        """A chat event's deltas: its text, less what may belong to a tool call, and the
+        calls it completed (at the end, whatever was held back)."""
+        if tools is None:
+            return [{"content": event.text}] if event.text else []
+        content, calls = tools.feed(event.text)
+        if event.finish_reason is not None:
+            rest, more = tools.finish()
+            content, calls = content + rest, calls + more
+        deltas = [{"content": content}] if content else []
+        return deltas + call_deltas(calls, tools.sent - len(calls))
+
     async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
         last = None
+        tools = ToolCallStream(self.tool_format) if self.tool_format is not None else None
         try:
             if self.chat:
                 yield self.chunk({"role": "assistant", "content": ""})
@@ -157,8 +185,17 @@ class Reply:
                     if done and not self.req.include_usage
                     else None
                 )
-                delta = ({"content": event.text} if event.text else {}) if self.chat else event.text
-                yield self.chunk(delta, self.logprobs(event), event.finish_reason, extras)
+                logprobs = self.logprobs(event)
+                if not self.chat:
+                    yield self.chunk(event.text, logprobs, event.finish_reason, extras)
+                    continue
+                deltas = self._deltas(event, tools)
+                for delta in deltas[:-1]:
+                    yield self.chunk(delta)
+                reason = event.finish_reason
+                if reason is not None and tools is not None and tools.called:
+                    reason = tool_reason(reason)
+                yield self.chunk(deltas[-1] if deltas else {}, logprobs, reason, extras)
             if self.req.include_usage and last is not None:
                 extras = self.server.extras(last.stats, self.mode)
                 yield data({**self._head(), "choices": [], **extras})
@@ -179,6 +216,11 @@ class Reply:
                     last.stats.n_tokens,
                 )
         yield "data: [DONE]\n\n"
+
+
+def tool_reason(reason: str) -> str:
+    """OpenAI's finish_reason for an answer that called tools (a cut one stays "length")."""
+    return "tool_calls" if reason == "stop" else reason
 
 
 def data(payload: dict[str, Any]) -> str:

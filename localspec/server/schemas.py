@@ -179,15 +179,32 @@ class ChatRequest(_Common):
     tool_choice: StrictStr | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
 
-    def unsupported(self) -> tuple[str, str] | None:
-        """(field, why) for what this server cannot honour yet: refused, not ignored (a
-        model that silently got no tools would invent an answer)."""
-        if self.tools and self.tool_choice != "none":
-            return "tools", "tool calls are not supported yet by this server"
-        kind = (self.response_format or {}).get("type", "text")
-        if kind != "text":
-            return "response_format", f"response_format {kind!r} is not supported yet"
-        return None
+    @property
+    def active_tools(self) -> list[dict[str, Any]] | None:
+        """The tools the model is shown (none with ``tool_choice: none``)."""
+        return self.tools if self.tools and self.tool_choice != "none" else None
+
+    def response_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the answer must follow (``json_object``: any object), or None.
+        Raises ValueError naming what is wrong."""
+        fmt = self.response_format or {}
+        kind = fmt.get("type", "text")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            schema = fmt.get("schema", {"type": "object"})  # llama-server's extension
+        elif kind == "json_schema":
+            spec = fmt.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if schema is None:
+                raise ValueError("response_format.json_schema.schema: a JSON schema is required")
+        else:
+            raise ValueError(
+                f"response_format type {kind!r} is not one of 'text', 'json_object', 'json_schema'"
+            )
+        if not isinstance(schema, dict):
+            raise ValueError("response_format: the schema must be a JSON object")
+        return schema
 
     @property
     def wants_logprobs(self) -> int | None:

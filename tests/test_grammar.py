@@ -1,0 +1,164 @@
+"""Constrained generation on the real model: the grammar masks every verified position, so
+speculative output equals plain constrained decoding (greedy: up to a measured near tie;
+sampling: the same distribution), and the grammar-forced drafter drafts what is dictated."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency
+
+from localspec import Engine
+from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
+from localspec.engine.grammar import Grammar, schema_grammar
+from localspec.engine.toolcalls import HermesFormat
+from localspec.errors import LocalspecError
+from localspec.lossless import compare
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "city": {"type": "string"},
+        "occupation": {"type": "string"},
+        "employer": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "required": ["name", "age", "city", "occupation", "employer", "email"],
+}
+FACTS = (
+    "Maria Gonzalez-Whitfield is a 41-year-old structural engineer who lives in Rotterdam. "
+    "She works for Van Oord Marine Contractors, where she designs offshore foundations. "
+    "You can reach her at maria.whitfield@vanoord-marine.example.com for project enquiries."
+)
+EXTRACT = [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{FACTS}"}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"],
+        },
+    },
+}
+CASES = [
+    ("extraction", EXTRACT, schema_grammar(PERSON), None),
+    (
+        "list",
+        [{"role": "user", "content": "Three fruits and their colours, as JSON."}],
+        schema_grammar({"type": "object"}),
+        None,
+    ),
+    (
+        "tool call",
+        [{"role": "user", "content": "What's the weather in Oslo, in fahrenheit?"}],
+        HermesFormat().grammar([WEATHER]),
+        [WEATHER],
+    ),
+]
+
+
+@pytest.mark.parametrize("name, messages, grammar, tools", CASES, ids=[c[0] for c in CASES])
+def test_speculative_constrained_output_equals_plain_constrained(
+    qwen: Engine, name: str, messages: list, grammar: str, tools: list | None
+) -> None:
+    plain = qwen.generate(
+        messages, max_tokens=96, mode="none", grammar=grammar, tools=tools, record_margins=True
+    )
+    spec = qwen.generate(messages, max_tokens=96, grammar=grammar, tools=tools)
+    report = compare(plain.tokens, plain.margins, spec.tokens, plain.runners_up)
+    assert report.ok, f"{name}: {report}"
+    assert plain.finish_reason == "stop", plain.text  # the grammar let it end
+    drafters = {source: accepted for source, _, accepted, *_ in spec.stats.by_drafter}
+    assert drafters.get("grammar", 0) > 0, spec.stats.by_drafter  # forced text was drafted
+    if name == "tool call":
+        _, calls = HermesFormat().parse(spec.text)
+        assert calls and calls[0].name == "get_weather"
+        assert json.loads(calls[0].arguments)["city"] == "Oslo"
+    else:
+        answer = json.loads(spec.text)
+        assert isinstance(answer, dict)
+        if name == "extraction":
+            assert set(answer) == set(PERSON["required"]) and answer["age"] == 41
+
+
+def test_extraction_verifies_whole_spans(qwen: Engine) -> None:
+    """Keys and punctuation forced by the schema, values copied from the prompt: most of the
+    answer comes out of drafts, several tokens per target pass."""
+    result = qwen.generate(EXTRACT, max_tokens=96, grammar=schema_grammar(PERSON))
+    assert sum(result.from_draft) >= len(result.tokens) // 2
+    assert result.stats.mean_acceptance_length >= 3
+
+
+def test_unconstrained_answer_differs_and_plain_constrained_is_json(qwen: Engine) -> None:
+    free = qwen.generate(EXTRACT, max_tokens=96, mode="none")
+    constrained = qwen.generate(EXTRACT, max_tokens=96, mode="none", grammar=schema_grammar(PERSON))
+    assert free.text.lstrip().startswith("```")  # the model's own habit: a fenced block
+    assert json.loads(constrained.text)["name"] == "Maria Gonzalez-Whitfield"
+
+
+COLOURS = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}}}
+PICK = [{"role": "user", "content": "Pick a colour at random: red, green or blue. Answer in JSON."}]
+
+
+def _colours(engine: Engine, mode: str | None, seeds: range) -> Counter[str]:
+    grammar = schema_grammar({**COLOURS, "required": ["colour"]})
+    counts: Counter[str] = Counter()
+    for seed in seeds:
+        result = engine.generate(
+            PICK, max_tokens=12, temperature=1.0, seed=seed, mode=mode, grammar=grammar
+        )
+        counts[json.loads(result.text)["colour"]] += 1
+    return counts
+
+
+def test_sampling_under_a_grammar_keeps_the_distribution(qwen: Engine) -> None:
+    """Rejection sampling against masked rows: the colour drawn with speculation (the forced
+    drafter drafts the key and the enum's tails) follows plain constrained sampling."""
+    plain = _colours(qwen, "none", range(60))
+    spec = _colours(qwen, None, range(1000, 1060))
+    names = sorted(set(plain) | set(spec))
+    table = np.array([[plain[n] for n in names], [spec[n] for n in names]]) + 0.5
+    assert len(names) >= 2, (plain, spec)  # the test means something only with a choice
+    assert chi2_contingency(table).pvalue > 1e-3, (plain, spec)
+
+
+def test_drafts_are_cut_at_the_first_refused_token(qwen: Engine) -> None:
+    grammar = Grammar(qwen.target, schema_grammar(PERSON))
+    state = grammar.start()
+    good = qwen.target.tokenize('{"name": "Ann"', add_special=False, parse_special=False)
+    bad = qwen.target.tokenize(" hello", add_special=False, parse_special=False)
+    assert state.valid_prefix(good + bad) == len(good)
+    row = np.zeros(qwen.target.n_vocab, dtype=np.float32)
+    row[bad[0]] = 10.0  # the model's favourite is refused
+    assert state.best(row).argmax() != bad[0]
+    masked = state.masked(row)
+    assert np.isneginf(masked[bad[0]]) and np.isfinite(masked).sum() <= 4  # "{" and kin
+    state.close()
+    grammar.close()
+
+
+def test_forced_text_from_the_start_of_a_schema(qwen: Engine) -> None:
+    grammar = Grammar(qwen.target, schema_grammar(PERSON))
+    state = grammar.start()
+    drafter = GrammarForcedDrafter(qwen.target, state, ByteTokens(qwen.target))
+    prompt = qwen.tokenize_prompt(EXTRACT)
+    drafter.begin(prompt)
+    draft = drafter.propose(prompt, 16)
+    text = b"".join(qwen.target.piece(t) for t in draft.tokens)
+    assert text == b'{"name":"'  # nothing seen yet: compact, up to the free value
+    state.close()
+    grammar.close()
+
+
+def test_bad_grammars_are_refused_with_a_reason(qwen: Engine) -> None:
+    with pytest.raises(LocalspecError, match="does not parse"):
+        Grammar(qwen.target, "root ::= (")
+    with pytest.raises(LocalspecError, match="JSON schema"):
+        schema_grammar({"type": "objec"})
