@@ -287,13 +287,26 @@ def test_concurrent_clients_all_get_answers(client: openai.OpenAI) -> None:
     assert len(answers) == 3 and len(set(answers)) == 1  # temperature 0: the same answer
 
 
-def test_what_is_not_supported_yet_is_refused_not_ignored(client: openai.OpenAI) -> None:
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    with pytest.raises(openai.BadRequestError, match="tool calls are not supported"):
-        ask(client, [{"role": "user", "content": "Hi"}], tools=[tool])
-    assert ask(client, [{"role": "user", "content": "Hi"}], tools=[tool], tool_choice="none")
-    with pytest.raises(openai.BadRequestError, match="json_object"):
-        ask(client, [{"role": "user", "content": "Hi"}], response_format={"type": "json_object"})
+def test_tools_on_a_template_that_knows_none(client: openai.OpenAI) -> None:
+    """SmolLM2's template has no tools: they are described in a system message, and a
+    required call is forced by the grammar in the same <tool_call> format."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {"word": {"type": "string"}},
+                "required": ["word"],
+            },
+        },
+    }
+    messages = [{"role": "user", "content": "Look up the word 'apple'."}]
+    reply = ask(client, messages, tools=[tool], tool_choice="required", max_tokens=40).choices[0]
+    assert reply.finish_reason == "tool_calls"
+    assert reply.message.tool_calls[0].function.name == "lookup"
+    assert "word" in json.loads(reply.message.tool_calls[0].function.arguments)
+    assert ask(client, messages, tools=[tool], tool_choice="none").choices[0].message.content
 
 
 def test_identical_greedy_requests_give_identical_answers(client: openai.OpenAI) -> None:

@@ -104,13 +104,11 @@ class HermesFormat:
     opener = "<tool_call>"
     BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
-    def grammar(self, tools: Sequence[Tool]) -> str:
-        """One or more ``<tool_call>`` blocks and nothing else."""
+    def grammar(self, tools: Sequence[Tool], parallel: bool = False) -> str:
+        """A ``<tool_call>`` block (several with ``parallel``) and nothing else."""
         call = _renamed_root(schema_grammar(call_schema(tools)), "call")
-        return (
-            'root ::= block ("\\n" block)*\n'
-            'block ::= "<tool_call>\\n" call "\\n</tool_call>"\n' + call
-        )
+        more = ' ("\\n" block)*' if parallel else ""
+        return f'root ::= block{more}\nblock ::= "<tool_call>\\n" call "\\n</tool_call>"\n' + call
 
     def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
         calls = []
@@ -136,7 +134,8 @@ class Llama3Format:
     name = "llama3"
     opener = "{"
 
-    def grammar(self, tools: Sequence[Tool]) -> str:
+    def grammar(self, tools: Sequence[Tool], parallel: bool = False) -> str:
+        """One call: this format has no way to write several."""
         return schema_grammar(call_schema(tools, "parameters"))
 
     def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:

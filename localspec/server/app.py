@@ -165,7 +165,7 @@ class Server:
             )
         try:
             if chosen:
-                grammar = self.tool_format.grammar(chosen)
+                grammar = self.tool_format.grammar(chosen, req.parallel_tool_calls)
             else:
                 grammar = schema_grammar(schema) if schema is not None else None
         except LocalspecError as exc:

@@ -1,7 +1,7 @@
 """Request bodies (pydantic) and the OpenAI-shaped error they produce when wrong.
 
 Top-level fields that OpenAI clients commonly send but that change nothing here (``user``,
-``stream_options`` without usage, ``parallel_tool_calls``...) are accepted and ignored;
+``stream_options`` without usage...) are accepted and ignored;
 values this server cannot honour (``n`` > 1, non-zero penalties, a logit bias, image
 parts...) are refused with a 400 that says so, never silently ignored; inside our own
 ``speculative`` object any unknown field is an error, because a typo there would silently
@@ -177,6 +177,8 @@ class ChatRequest(_Common):
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None
     tool_choice: StrictStr | dict[str, Any] | None = None
+    # as llama-server: one call per answer unless asked (small models repeat a call)
+    parallel_tool_calls: StrictBool = False
     response_format: dict[str, Any] | None = None
 
     @property
