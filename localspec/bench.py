@@ -77,6 +77,7 @@ def run_cells(
     rotates with the repeat (a machine that slows down over consecutive runs, as a burstable
     VM does, would otherwise always penalise the modes that run after plain decoding)."""
     order = ["none", *[m for m in modes if m != "none"]]
+    grammars = {case.name: case.grammar for case in prompts}  # converted once
     for repeat in range(repeats):
         shift = repeat % len(order)
         for case in prompts:
@@ -91,6 +92,7 @@ def run_cells(
                         mode=mode,
                         spec=spec_for(mode) if spec_for else None,
                         record_margins=(mode == "none" and temp == 0),
+                        grammar=grammars[case.name],
                     )
                     s = r.stats
                     yield Run(

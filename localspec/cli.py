@@ -176,6 +176,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="wrap the prompt as a user message in the model's chat template",
     )
     run.add_argument("--system", default=None, help="system message (implies --chat)")
+    shape = run.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--json-schema",
+        default=None,
+        metavar="SCHEMA",
+        help="the answer must follow this JSON schema (a .json file, or the schema itself)",
+    )
+    shape.add_argument(
+        "--grammar",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a GBNF grammar the answer follows",
+    )
     add_sampling_flags(run)
     add_spec_flags(run)
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")

@@ -123,7 +123,9 @@ def measure(
     draft_step = engine.draft_step_seconds()
 
     def plain_speed(case: PromptCase) -> float:
-        return engine.generate(case.text, mode="none", **gen).stats.tokens_per_s  # type: ignore[arg-type]
+        return engine.generate(
+            case.text, mode="none", grammar=case.grammar, **gen
+        ).stats.tokens_per_s  # type: ignore[arg-type]
 
     for case in prompts:
         before = plain_speed(case)
@@ -133,7 +135,9 @@ def measure(
             runs: list[Stats] = []
             predicted = None
             while _another(pairs, max_pairs, predicted, budget):
-                r = engine.generate(case.text, mode=config.mode, spec=spec, **gen)  # type: ignore[arg-type]
+                r = engine.generate(
+                    case.text, mode=config.mode, spec=spec, grammar=case.grammar, **gen
+                )  # type: ignore[arg-type]
                 after = plain_speed(case)
                 pairs.append(Pair(before, r.stats.tokens_per_s, after))
                 runs.append(r.stats)

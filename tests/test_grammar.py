@@ -152,7 +152,7 @@ def test_forced_text_from_the_start_of_a_schema(qwen: Engine) -> None:
     drafter.begin(prompt)
     draft = drafter.propose(prompt, 16)
     text = b"".join(qwen.target.piece(t) for t in draft.tokens)
-    assert text == b'{"name":"'  # nothing seen yet: compact, up to the free value
+    assert text == b'{"name": "'  # nothing seen yet: json.dumps's spacing, up to the value
     state.close()
     grammar.close()
 

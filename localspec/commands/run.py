@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from localspec.api import Engine
@@ -77,12 +78,46 @@ def read_prompt(args: argparse.Namespace) -> tuple[str, bool]:
     return default_prompt().text, True  # the built-in prompt is an instruction: chat it
 
 
+def read_grammar(args: argparse.Namespace) -> str | None:
+    """``--json-schema`` (a file or the schema's text) or ``--grammar`` (a GBNF file), as
+    GBNF; checked before any model loads."""
+    from localspec.engine.grammar import schema_grammar
+
+    if args.grammar is not None:
+        return read_text(args.grammar, "--grammar")
+    if args.json_schema is None:
+        return None
+    text = args.json_schema
+    if not text.lstrip().startswith("{"):
+        text = read_text(Path(text), "--json-schema")
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise LocalspecError(
+            f"--json-schema: not valid JSON: {exc}",
+            "give a JSON schema, or a .json file holding one",
+        ) from None
+    if not isinstance(schema, dict):
+        raise LocalspecError("--json-schema: a schema is a JSON object", 'e.g. {"type": "object"}')
+    return schema_grammar(schema)
+
+
+def read_text(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LocalspecError(
+            f"{flag}: cannot read {path}: {exc}", "give a readable UTF-8 file"
+        ) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from localspec.api import validate_sampling
     from localspec.lossless import compare
 
     validate_sampling(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
     prompt, chat = read_prompt(args)
+    grammar = read_grammar(args)
     gen = dict(
         max_tokens=args.max_tokens,
         temperature=args.temp,
@@ -93,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop=args.stop,
         chat=chat,
         system=args.system,
+        grammar=grammar,
     )
     with load_engine(args) as engine:
         plain = None

@@ -9,7 +9,8 @@ the tokenization of that text; the target verifies the whole span in one batch (
 Optional whitespace is the one common fork (``space ::= " "?`` after every JSON token): the
 drafter takes the branch the output took the last time the same character was followed by
 the same next character (``": "`` after the first key means a space after every colon), and
-no whitespace before anything has been seen. A wrong guess costs a shorter accepted draft,
+before anything has been seen, the whitespace of ``json.dumps`` (a space after ``:`` and
+``,``, none elsewhere). A wrong guess costs a shorter accepted draft,
 never a wrong token: the target checks every drafted token against the grammar's mask.
 
 Where nothing is forced (inside a value), the value is often being copied from the prompt
@@ -177,7 +178,9 @@ class GrammarForcedDrafter:
         if len(stripped) < len(written):
             return None  # inside whitespace the output chose: its length is not forced
         run = self._style(written, stripped[-1], solid[0]) if stripped else None
-        return (run or b"") + bytes(solid)  # nothing seen yet: compact
+        if run is None:  # not seen yet: as json.dumps writes it
+            run = b" " if stripped[-1:] in (b":", b",") else b""
+        return run + bytes(solid)
 
     @staticmethod
     def _style(written: bytes, before: int, after: int) -> bytes | None:

@@ -127,15 +127,16 @@ class GrammarState:
         finally:
             probe.close()
 
-    def best(self, row: np.ndarray) -> np.ndarray:
+    def best(self, row: np.ndarray, runner_up: bool = False) -> np.ndarray:
         """A row whose argmax is the best allowed token (the row itself when its argmax is
-        allowed; otherwise the allowed candidates only, found among the best first)."""
-        top = int(row.argmax())
-        if self.allows(top):
+        allowed; otherwise the allowed candidates only, found among the best first). With
+        ``runner_up``, the second-best allowed token is right too (tie-aware checks)."""
+        first = int(row.argmax())
+        if self.allows(first) and (not runner_up or self.allows(_second(row, first))):
             return row
         candidates = np.argpartition(-row, GREEDY_CANDIDATES)[:GREEDY_CANDIDATES]
         ok = self.allowed(candidates.astype(np.int32))
-        if ok.any():
+        if ok.sum() >= (2 if runner_up else 1):
             return _only(row, candidates[ok])
         return self.masked(row)
 
@@ -164,6 +165,13 @@ class GrammarState:
         self.close()
 
 
+def _second(row: np.ndarray, first: int) -> int:
+    best, row[first] = row[first], -np.inf  # two argmax passes beat a partition
+    second = int(row.argmax())
+    row[first] = best
+    return second
+
+
 def _only(row: np.ndarray, keep: np.ndarray) -> np.ndarray:
     out = np.full(row.shape, -np.inf, dtype=row.dtype)
     out[keep] = row[keep]
@@ -181,12 +189,12 @@ class ConstrainedRows:
         draft: Sequence[int],
         state: GrammarState,
         temperature: float | None,
-        full: bool,
+        runner_up: bool,
     ) -> None:
-        """``temperature`` None: greedy (only the best allowed token matters) unless
-        ``full`` asks for whole masks (tie-aware comparisons read the runner-up)."""
+        """``temperature`` None: greedy (only the best allowed token matters; with
+        ``runner_up``, the second too, for tie-aware comparisons)."""
         self.rows, self.draft = rows, list(draft)
-        self.temperature, self.full = temperature, full
+        self.temperature, self.runner_up = temperature, runner_up
         self._state = state.clone()
         self._done: list[np.ndarray] = []
 
@@ -199,8 +207,8 @@ class ConstrainedRows:
             if k > 0:
                 self._state.accept(self.draft[k - 1])
             row = self.rows[k]
-            if self.temperature is None and not self.full:
-                self._done.append(self._state.best(row))
+            if self.temperature is None:
+                self._done.append(self._state.best(row, self.runner_up))
             else:
                 self._done.append(self._state.masked(row, self.temperature))
         return self._done[i]

@@ -1,7 +1,11 @@
-"""Built-in prompt sets, by kind (code-edit, code, qa, summary, creative, french)."""
+"""Built-in prompt sets, by kind (code-edit, code, qa, summary, creative, french, json).
+
+A prompt may carry a JSON schema (``schema``, the schema's JSON text): its answer is then
+constrained to it, as an API client's ``response_format: json_schema`` would."""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -14,7 +18,7 @@ else:  # pragma: no cover
 
 from localspec.errors import LocalspecError
 
-KINDS = ("code-edit", "code", "qa", "summary", "creative", "french")
+KINDS = ("code-edit", "code", "qa", "summary", "creative", "french", "json")
 
 
 @dataclass(frozen=True)
@@ -23,11 +27,21 @@ class PromptCase:
     kind: str
     language: str
     text: str
+    schema: str | None = None  # JSON schema text the answer must follow
+
+    @property
+    def grammar(self) -> str | None:
+        from localspec.engine.grammar import schema_grammar
+
+        return schema_grammar(json.loads(self.schema)) if self.schema else None
 
 
 def builtin_prompts() -> list[PromptCase]:
     data = tomllib.loads(resources.files(__package__).joinpath("builtin.toml").read_text("utf-8"))
-    return [PromptCase(p["name"], p["kind"], p["language"], p["text"]) for p in data["prompt"]]
+    return [
+        PromptCase(p["name"], p["kind"], p["language"], p["text"], p.get("schema"))
+        for p in data["prompt"]
+    ]
 
 
 def select_prompts(spec: str) -> list[PromptCase]:
@@ -74,8 +88,27 @@ def load_prompt_file(path: Path) -> list[PromptCase]:
                     f"{path}: prompt #{i}: field '{field}' is missing or empty",
                     "each [[prompt]] needs name, kind and text strings",
                 )
-        cases.append(PromptCase(p["name"], p["kind"], str(p.get("language", "")), p["text"]))
+        schema = p.get("schema")
+        if schema is not None:
+            check_schema(path, i, schema)
+        cases.append(
+            PromptCase(p["name"], p["kind"], str(p.get("language", "")), p["text"], schema)
+        )
     return cases
+
+
+def check_schema(path: Path, i: int, schema: object) -> None:
+    from localspec.engine.grammar import schema_grammar
+
+    where = f"{path}: prompt #{i}: schema"
+    if not isinstance(schema, str):
+        raise LocalspecError(f"{where} must be the schema's JSON text", "schema = '{...}'")
+    try:
+        schema_grammar(json.loads(schema))
+    except ValueError as exc:
+        raise LocalspecError(f"{where}: not valid JSON: {exc}", "fix the schema") from None
+    except LocalspecError as exc:
+        raise LocalspecError(f"{where}: {exc.message}", exc.hint) from None
 
 
 def default_prompt() -> PromptCase:
