@@ -20,6 +20,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
@@ -29,7 +31,7 @@ from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
 from localspec.engine.adaptive import AdaptiveController
 from localspec.engine.backend import Backend, BackendOptions
-from localspec.engine.costs import VerifyCost, one_token_seconds
+from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
 from localspec.engine.mtp import MtpContext, check_nextn
@@ -46,6 +48,7 @@ MODES = SINGLE_MODES
 # recurrent state, so drafts for such targets are capped at this length
 MAX_RECURRENT_ROLLBACK = 16
 CHAIN_NEURAL_N_MAX = 16  # a neural drafter's cap inside a chain (the lookup's is size-m)
+MTP_STEP_SHARE = 0.1  # an MTP head's step, as a share of a target step (modelled times)
 
 
 @dataclass(frozen=True)
@@ -253,20 +256,36 @@ class Engine:
         chat = chat or not isinstance(prompt, str)
         return build_prompt(self.target, prompt, chat, system, tools)
 
-    def _controller(self, mode: str, spec: SpecConfig) -> AdaptiveController | None:
+    def _controller(
+        self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None
+    ) -> AdaptiveController | None:
         """One adaptive controller per (mode, settings), kept across generations: the costs
-        it measured carry over to the next prompt (acceptance is learnt per answer)."""
+        it measured carry over to the next prompt (acceptance is learnt per answer). With
+        modelled ``times``, a fresh one on the frozen calibration: nothing carried over."""
         if mode == "none" or not spec.adaptive:
             return None
         if mode == GrammarForcedDrafter.name:
             # what a grammar forces is the target's own choice but for a tokenization or a
             # whitespace guess, and costs nothing to draft: always drafted, never paused
             return AdaptiveController(spec.n_max, None, spec.n_min, enabled=False)
+        if times is not None:
+            return AdaptiveController(spec.n_max, times.cost, spec.n_min, True)
         key = (mode, spec)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
             self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min, True)
         return self._controllers[key]
+
+    def modelled_times(self, spec: SpecConfig) -> ModelledTimes:
+        """Round costs from the calibration (see ``ModelledTimes``): lookups draft for
+        free, a draft model or a layer subset at its measured step, an MTP head at a tenth
+        of a target step (one layer of a few dozen, plus its output)."""
+        cost = self.verify_cost(spec.n_max).frozen()
+        neural = self.draft_step_seconds()
+        if self.draft_kind == "draft-mtp":
+            neural = MTP_STEP_SHARE * float(cost(np.array([1]))[0])
+        steps = {self.draft_kind: neural} if self.draft_kind and neural else {}
+        return ModelledTimes(cost, steps)
 
     def available_modes(self) -> list[str]:
         """The modes ``stream(mode=...)`` accepts with what is loaded."""
@@ -355,8 +374,10 @@ class Engine:
         """Generate, yielding one ``StepEvent`` per round. ``mode`` may switch to "none" (or
         to any mode the loaded models allow) for this call only. ``logprobs``: each token's
         log-probability under the target, with that many alternatives (None: off).
-        ``reproducible``: the prompt is evaluated as in a fresh context, so that identical
-        requests start from identical logits (see ``Backend.evaluate``). ``grammar``: GBNF
+        ``reproducible``: the prompt is evaluated as in a fresh context, and the draft
+        lengths are chosen from modelled round costs (``ModelledTimes``) by a fresh
+        controller, so that identical requests batch identically and get identical output
+        (see ``Backend.evaluate``). ``grammar``: GBNF
         text the output must follow (``schema_grammar`` makes it from a JSON schema); the
         target's distribution is masked by it, and what it forces is drafted for free.
         ``tools``: OpenAI-style function tools shown to the model through its chat template
@@ -376,14 +397,17 @@ class Engine:
         compiled = Grammar(self.target, grammar) if grammar is not None else None
         state = compiled.start() if compiled is not None else None
         drafter = self._drafter(mode, sampling, spec, state)
+        # identical greedy requests: a schedule that depends on the tokens only
+        times = self.modelled_times(spec) if reproducible and drafter and spec.adaptive else None
         control: DraftControl | None
         if isinstance(drafter, ChainedDrafter) and spec.adaptive:
             parts = [
-                self._controller(p, self._part_spec(p, spec)) for p in self._parts(mode, state)
+                self._controller(p, self._part_spec(p, spec), times)
+                for p in self._parts(mode, state)
             ]
             control = ChainController(drafter, [c for c in parts if c is not None])
         else:
-            control = self._controller(mode, spec)
+            control = self._controller(mode, spec, times)
         if self.mtp is not None:
             self._follow_with_mtp("draft-mtp" in parse_mode(mode))
         loop = SpeculativeLoop(
@@ -399,6 +423,7 @@ class Engine:
             logprobs,
             reproducible,
             state,
+            times,
         )
         try:
             yield from loop.steps()

@@ -170,3 +170,39 @@ def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
         if temperature == 0.0:
             assert acceptance == float(agreed)
     assert rounds > 3 and any(position > 0 for _, position, *_ in control.calls)
+
+
+class StallingClock:
+    """``time`` as the loop sees it, with every interval ``stall`` seconds longer: a busy
+    machine on which even a lookup draft seems to take a while."""
+
+    def __init__(self, stall: float) -> None:
+        import time
+
+        self._time, self._stall, self._calls = time, stall, 0
+
+    def perf_counter(self) -> float:
+        self._calls += 1
+        return self._time.perf_counter() + self._stall * self._calls
+
+
+def test_a_reproducible_schedule_does_not_depend_on_timing(qwen: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Greedy output depends on how rounds are batched; with ``reproducible`` the draft
+    lengths come from modelled costs, so a machine that stalls gives the same rounds as a
+    quiet one. Measured times, on the same prompts, do change them."""
+    import localspec.engine.loop as loop
+
+    cases = [p for p in builtin_prompts() if p.kind in ("creative", "french", "json")]
+    measured_changed = False
+    for case in cases:
+        runs = {}
+        for reproducible in (True, False):
+            for stall in (0.0, 0.03):
+                monkeypatch.setattr(loop, "time", StallingClock(stall))
+                result = qwen.generate(
+                    case.text, chat=True, max_tokens=80, reproducible=reproducible
+                )
+                runs[reproducible, stall] = (result.stats.drafted_at, result.tokens)
+        assert runs[True, 0.0] == runs[True, 0.03], case.name
+        measured_changed |= runs[False, 0.0][0] != runs[False, 0.03][0]
+    assert measured_changed  # the stalls are felt where times are measured

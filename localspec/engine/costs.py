@@ -68,6 +68,11 @@ class VerifyCost:
         if predicted > 0:
             self._ratio = RATIO_DECAY * self._ratio + (1 - RATIO_DECAY) * seconds / predicted
 
+    def frozen(self) -> VerifyCost:
+        """A copy at the calibration's scale, for a controller that must not follow the
+        online rescaling (see ``ModelledTimes``)."""
+        return VerifyCost(self.sizes, self.seconds)
+
     def ceiling(self) -> float:
         """The best speedup any drafting could give here: max over n of n * t(1) / t(n)."""
         return float(np.max(self.sizes * self.seconds[0] / self.seconds))
@@ -89,3 +94,23 @@ def one_token_seconds(backend: Backend, samples: int = 5) -> float:
         times.append(time.perf_counter() - t0)
         backend.trim(base)
     return min(times)
+
+
+class ModelledTimes:
+    """Round times taken from the calibration instead of the clock.
+
+    Greedy output depends on how rounds are batched (llama.cpp's batched and one-token
+    passes round floats differently), and the adaptive controller batches by what it
+    measures. Fed these times instead, it makes the same choices for the same tokens
+    whatever the machine is doing, so identical greedy requests get identical answers.
+    ``step_seconds``: what one drafted token costs each drafter (0 for lookups)."""
+
+    def __init__(self, cost: VerifyCost, step_seconds: dict[str, float]) -> None:
+        self.cost = cost
+        self.step_seconds = step_seconds
+
+    def verify(self, batch: int) -> float:
+        return float(self.cost(np.array([batch]))[0])
+
+    def draft(self, n_drafted: int, source: str) -> float:
+        return n_drafted * self.step_seconds.get(source, 0.0)

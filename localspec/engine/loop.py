@@ -19,6 +19,7 @@ import numpy as np
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.adaptive import AdaptiveController, ShadowCheck
 from localspec.engine.backend import Backend, BackendOptions
+from localspec.engine.costs import ModelledTimes
 from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.output import OutputAssembler
 from localspec.engine.stats import Stats, StatsRecorder
@@ -129,12 +130,14 @@ class SpeculativeLoop:
         logprobs: int | None = None,
         reproducible: bool = False,
         grammar: GrammarState | None = None,
+        times: ModelledTimes | None = None,
     ) -> None:
         """``logprobs``: report each emitted token's log-probability and that many of the
         most likely alternatives (None: none). ``reproducible``: evaluate the prompt as a
         fresh context would, whatever the cache held (see ``Backend.evaluate``).
         ``grammar``: the state of a grammar the output must follow (see grammar.py); the
-        loop advances it by every emitted token."""
+        loop advances it by every emitted token. ``times``: what the controller is told rounds
+        cost, instead of what they took (a schedule that does not depend on timing)."""
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
                 f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx}",
@@ -152,6 +155,7 @@ class SpeculativeLoop:
         self.logprobs = logprobs
         self.reproducible = reproducible
         self.grammar = grammar
+        self.times = times
         self.rng = np.random.default_rng(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
         self.control: DraftControl = control or AdaptiveController(
@@ -217,7 +221,8 @@ class SpeculativeLoop:
         raw = self.target.evaluate(self.prompt, self.reproducible)
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
-            self.control.note_catch_up(getattr(self.drafter, "catch_up_per_token", None))
+            if self.times is None:  # a measured rate: modelled schedules go without
+                self.control.note_catch_up(getattr(self.drafter, "catch_up_per_token", None))
         self.recorder.t_prefilled = time.perf_counter()
         row = self._constrained(raw[None, :], ())[0]
         last = self._choose(row)
@@ -291,6 +296,20 @@ class SpeculativeLoop:
         if follow:
             self._shadow = (guess, position + 1)
 
+    def _told_times(
+        self,
+        draft: Draft,
+        shadow: tuple[Draft, int] | None,
+        draft_s: float,
+        verify_s: float,
+    ) -> tuple[float, float]:
+        """The round's times as the controller is told them: measured, or modelled."""
+        if self.times is None:
+            return draft_s, verify_s
+        made = draft if draft.tokens else (shadow[0] if shadow and shadow[1] == 0 else Draft())
+        source = made.source or (self.drafter.name if self.drafter else "")
+        return self.times.draft(len(made), source), self.times.verify(len(draft) + 1)
+
     def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:
         t0 = time.perf_counter()
         k = self._draft_length()
@@ -329,9 +348,10 @@ class SpeculativeLoop:
         t2 = time.perf_counter()
         if self.drafter is not None:
             self.drafter.accepted(n_acc)
-        self.control.observe(len(draft), n_acc, t1 - t0, t2 - t1)
+        draft_s, verify_s = self._told_times(draft, shadow, t1 - t0, t2 - t1)
+        self.control.observe(len(draft), n_acc, draft_s, verify_s)
         if shadow is not None:
-            self._score_shadow(shadow, p_plain, chosen, t1 - t0)
+            self._score_shadow(shadow, p_plain, chosen, draft_s)
         self.recorder.draft_s += t1 - t0
         self.recorder.verify_s += t2 - t1
 
