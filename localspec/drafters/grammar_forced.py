@@ -37,10 +37,11 @@ VALUE_START = re.compile(rb'["\[{:,]\s*')  # what opens a JSON value (or a strin
 MIN_COPY_KEY = 2  # bytes of a value needed before it is looked up in the prompt (a digit will do)
 WORD_START = rb"(?:(?<=[\s\"'(\[{:,])|^)"
 # A copy stops where a value most likely ends: at punctuation before a space (not the dots
-# of an e-mail or a number), or after a few more words. A long wrong tail costs
-# verification time for nothing.
+# of an e-mail or a number), or after one more word. A long wrong tail costs
+# verification time for nothing (on two extraction prompts, one more word drafted the most
+# per target pass: docs/benchmarks.md).
 _WORD = rb'(?:[^\s.,;:!?()\[\]{}"]|[.,;:!?](?=[^\s"]))'
-COPIED_VALUE = re.compile(_WORD + rb"*(?:\s" + _WORD + rb"+){0,3}")
+COPIED_VALUE = re.compile(_WORD + rb"*(?:\s" + _WORD + rb"+)?")
 COPY_BYTES = 128
 VALUE_ENDS = b'",}]'  # how a copied value is guessed to end, in order of preference
 
