@@ -22,16 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
 from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
-from localspec.engine.adaptive import AdaptiveController
+from localspec.engine.adaptive import AdaptiveController, FixedLengthController
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
+from localspec.engine.drafting import Drafter
 from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
 from localspec.engine.mtp import MtpContext, check_nextn
@@ -39,11 +39,11 @@ from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
-from localspec.modes import LOOKUP_MODES, SINGLE_MODES, canonical, neural_part, parse_mode
+from localspec.modes import LOOKUP_MODES, canonical, neural_part, parse_mode
 from localspec.pairing import vocab_problems
+from localspec.probe_results import saved_choice
 from localspec.sources import resolve_model
 
-MODES = SINGLE_MODES
 # rollback depth asked of recurrent/hybrid targets: each step kept costs one copy of the
 # recurrent state, so drafts for such targets are capped at this length
 MAX_RECURRENT_ROLLBACK = 16
@@ -90,7 +90,6 @@ def resolve_mode(mode: str | None, has_draft: bool) -> str:
 
 def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecConfig]:
     """``--mode auto``: the winner of the saved probe of this target (mode, draft, length)."""
-    from localspec.probe import saved_choice
     from localspec.progress import status
 
     choice = saved_choice(target)
@@ -258,7 +257,7 @@ class Engine:
 
     def _controller(
         self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None
-    ) -> AdaptiveController | None:
+    ) -> AdaptiveController | FixedLengthController | None:
         """One adaptive controller per (mode, settings), kept across generations: the costs
         it measured carry over to the next prompt (acceptance is learnt per answer). With
         modelled ``times``, a fresh one on the frozen calibration: nothing carried over."""
@@ -267,13 +266,13 @@ class Engine:
         if mode == GrammarForcedDrafter.name:
             # what a grammar forces is the target's own choice but for a tokenization or a
             # whitespace guess, and costs nothing to draft: always drafted, never paused
-            return AdaptiveController(spec.n_max, None, spec.n_min, enabled=False)
+            return FixedLengthController(spec.n_max)
         if times is not None:
-            return AdaptiveController(spec.n_max, times.cost, spec.n_min, True)
+            return AdaptiveController(spec.n_max, times.cost, spec.n_min)
         key = (mode, spec)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
-            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min, True)
+            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
         return self._controllers[key]
 
     def modelled_times(self, spec: SpecConfig) -> ModelledTimes:

@@ -11,10 +11,8 @@ are aggregated by geometric mean over prompts (a ratio of speeds), overall and p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Iterator, Sequence
@@ -24,8 +22,6 @@ from pathlib import Path
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
 from localspec.engine.stats import Stats
-from localspec.errors import LocalspecError
-from localspec.fileops import atomic_path
 from localspec.measure import (
     MIN_PAIRS,
     Budget,
@@ -36,26 +32,13 @@ from localspec.measure import (
     predicted_speedup,
 )
 from localspec.modes import LOOKUP_MODES
+from localspec.probe_results import WORTH_IT, ProbeConfig, write
 from localspec.prompts import PromptCase
-from localspec.sources import cache_dir
 
-WORTH_IT = 1.03  # below this mean speedup, speculation is not worth recommending
 MAX_PAIRS = 4  # default --repeat: speculative runs per (configuration, prompt) at most
 
 # Draftless modes probe measures (when the target supports them: draft-mtp needs NextN layers).
 MEASURABLE_DRAFTLESS = ("ngram-simple", "draft-self", "draft-mtp")
-
-
-@dataclass(frozen=True)
-class ProbeConfig:
-    mode: str
-    n_max: int
-    draft: str | None = None  # path of the draft model for draft-model
-
-    @property
-    def label(self) -> str:
-        who = f" {Path(self.draft).name}" if self.draft else ""
-        return f"{self.mode}{who} n={self.n_max}"
 
 
 @dataclass(frozen=True)
@@ -272,14 +255,7 @@ def recommendation(ranking: Sequence[Ranked]) -> str:
 # ----- saved results, for --mode auto -----------------------------------------------------------
 
 
-def probe_file(target: Path) -> Path:
-    st = target.stat()
-    key = hashlib.sha256(f"{os.path.realpath(target)}|{st.st_size}|{st.st_mtime_ns}".encode())
-    return cache_dir() / "probe" / f"{target.stem}-{key.hexdigest()[:16]}.json"
-
-
 def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measurement]) -> Path:
-    dest = probe_file(target)
     data = {
         "target": str(target),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -287,9 +263,7 @@ def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measure
         "ranking": [ranked_dict(r) for r in ranking],
         "measurements": [measurement_dict(m) for m in measurements],
     }
-    with atomic_path(dest) as tmp:
-        tmp.write_text(json.dumps(data, indent=2))
-    return dest
+    return write(target, data)
 
 
 def measurement_dict(m: Measurement) -> dict[str, object]:
@@ -326,30 +300,6 @@ def ranked_dict(r: Ranked) -> dict[str, object]:
         "tokens_per_s": round(r.tokens_per_s, 2),
         "plain_tokens_per_s": round(r.plain_tokens_per_s, 2),
     }
-
-
-def saved_choice(target: Path) -> ProbeConfig | None:
-    """The saved winner for this target, ``ProbeConfig('none', 0)`` when the probe found
-    that speculation does not pay here, or None when no probe was saved. A winner that was
-    measured on a machine too busy to trust is refused."""
-    try:
-        data = json.loads(probe_file(target).read_text())
-    except (OSError, ValueError):
-        return None
-    winner = data.get("winner") if isinstance(data, dict) else None
-    if not isinstance(winner, dict):
-        return None
-    if winner.get("noisy"):
-        raise LocalspecError(
-            f"--mode auto: the saved probe of {target.name} could not measure its winner "
-            f"reliably (the machine was busy; {winner.get('config', '?')} at "
-            f"{winner.get('speedup', 0):.2f}x is only an estimate)",
-            f"rerun `localspec probe {target} --save` when the machine is quieter, "
-            "or choose a --mode",
-        )
-    if winner.get("speedup", 0) < WORTH_IT:
-        return ProbeConfig("none", 0)
-    return ProbeConfig(winner["mode"], int(winner["n_max"]), winner.get("draft"))
 
 
 # ----- past one machine -------------------------------------------------------------------------

@@ -5,11 +5,16 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from localspec.drafters.base import Draft
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.engine import adaptive
-from localspec.engine.adaptive import SHADOW_STREAK, AdaptiveController, ShadowCheck
+from localspec.engine.adaptive import (
+    SHADOW_STREAK,
+    AdaptiveController,
+    FixedLengthController,
+    ShadowCheck,
+)
 from localspec.engine.costs import VerifyCost
+from localspec.engine.drafting import Draft
 
 SIZES = np.array([1, 2, 4, 8, 16, 32, 49])
 CPU = VerifyCost(SIZES, 0.022 + 0.008 * (SIZES - 1))  # compute-bound: a batch costs more
@@ -123,8 +128,8 @@ def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
     assert gpu.n_draft > cpu.n_draft
 
 
-def test_disabled_controller_always_drafts_n_max() -> None:
-    ctl = AdaptiveController(8, CPU, enabled=False)
+def test_fixed_length_controller_always_drafts_n_max() -> None:
+    ctl = FixedLengthController(8)
     drive(ctl, CPU, lambda k: 0)
     assert ctl.next_draft_length() == 8 and not ctl.paused and not ctl.shadow_length()
 

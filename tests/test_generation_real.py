@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from localspec import Engine, LocalspecError, SpecConfig
-from localspec.drafters.base import Draft
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.adaptive import ShadowCheck
+from localspec.engine.drafting import Draft
 from localspec.engine.loop import SpeculativeLoop
 from localspec.engine.verify import SamplingParams
 from localspec.prompts import builtin_prompts

@@ -15,7 +15,8 @@ from localspec import measure
 from localspec.engine.costs import VerifyCost
 from localspec.engine.stats import Stats
 from localspec.measure import Budget, Pair, judge, needs_more, predicted_speedup, shown
-from localspec.probe import Measurement, ProbeConfig, rank
+from localspec.probe import Measurement, rank
+from localspec.probe_results import ProbeConfig
 from localspec.prompts import PromptCase
 
 CEILING = 3.0

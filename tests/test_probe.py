@@ -16,14 +16,8 @@ from localspec import Engine
 from localspec.cli import main
 from localspec.errors import LocalspecError
 from localspec.measure import Pair, judge
-from localspec.probe import (
-    Measurement,
-    ProbeConfig,
-    export_command,
-    rank,
-    recommendation,
-    saved_choice,
-)
+from localspec.probe import Measurement, export_command, rank, recommendation
+from localspec.probe_results import ProbeConfig, saved_choice
 from localspec.prompts import load_prompt_file, select_prompts
 
 

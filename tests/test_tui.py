@@ -77,11 +77,19 @@ async def test_mode_switch_from_the_command_palette(smollm_path: Path) -> None:
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert app.current_mode == "none"
+        assert app.chat.stats.mode == "none"  # the panel follows the app's reactive mode
         await ask(app, pilot, REPEAT)
         assert app.chat.stats.last.drafted == 0
         app.switch_mode("ngram-simple")
         await ask(app, pilot, REPEAT)
         assert app.chat.stats.last.drafted > 0
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"New chat")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert app.chat.session.turns == []  # the palette ran the screen's own action
 
 
 async def test_save_and_load_round_trip_and_damaged_file(smollm_path: Path, tmp_path: Path) -> None:

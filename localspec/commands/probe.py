@@ -22,6 +22,7 @@ from localspec.gguf_info import gguf_info
 from localspec.hardware import MachineLoad, machine_load
 from localspec.measure import Budget, shown
 from localspec.pairing import MAX_USEFUL_SIZE_RATIO, draftless_modes
+from localspec.probe_results import WORTH_IT, ProbeConfig
 from localspec.prompts import PromptCase, select_prompts
 from localspec.sources import resolve_model
 
@@ -83,9 +84,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.export and ranking:
         print(
             probe.export_command(
-                ranking[0].config
-                if ranking[0].speedup >= probe.WORTH_IT
-                else probe.ProbeConfig("none", 0),
+                ranking[0].config if ranking[0].speedup >= WORTH_IT else ProbeConfig("none", 0),
                 target,
                 args.export,
             )
@@ -184,7 +183,7 @@ def run_all(
                     f"{run.ceiling:.2f}x"
                 )
             engine.use_cost(cost)
-            configs = [probe.ProbeConfig(mode, n, str(draft) if draft else None) for n in lengths]
+            configs = [ProbeConfig(mode, n, str(draft) if draft else None) for n in lengths]
             for m in probe.measure(engine, configs, prompts, **gen):  # type: ignore[arg-type]
                 announce(m, run.ceiling, console)
                 yield m

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from localspec.drafters.base import Draft, Drafter
-from localspec.engine.adaptive import AdaptiveController, ShadowCheck
+from localspec.engine.adaptive import AdaptiveController, FixedLengthController, ShadowCheck
+from localspec.engine.drafting import Draft, Drafter
 
 
 class ChainedDrafter:
@@ -26,6 +26,7 @@ class ChainedDrafter:
         self.drafters = list(drafters)
         self.limits = list(limits)
         self.name = ",".join(d.name for d in self.drafters)
+        self.catch_up_per_token: float | None = None  # each link's own: ChainController
         self.last_source: int | None = None  # index of the drafter of the last draft
 
     def begin(self, prompt: Sequence[int]) -> None:
@@ -58,7 +59,9 @@ class ChainController:
     """The loop's controller for a chain: one ``AdaptiveController`` per drafter, each fed
     only the rounds its drafter drafted; the loop's draft length is the longest allowed."""
 
-    def __init__(self, chain: ChainedDrafter, parts: Sequence[AdaptiveController]) -> None:
+    def __init__(
+        self, chain: ChainedDrafter, parts: Sequence[AdaptiveController | FixedLengthController]
+    ) -> None:
         self.chain = chain
         self.parts = list(parts)
         self._shadow_source: int | None = None  # the drafter whose shadow round is followed
@@ -71,7 +74,7 @@ class ChainController:
     def note_catch_up(self, seconds_per_token: float | None) -> None:
         """Each drafter's own catch-up cost (the loop only sees the chain's)."""
         for part, drafter in zip(self.parts, self.chain.drafters, strict=True):
-            part.note_catch_up(getattr(drafter, "catch_up_per_token", None))
+            part.note_catch_up(drafter.catch_up_per_token)
 
     def next_draft_length(self) -> int:
         self.chain.limits = [part.next_draft_length() for part in self.parts]

@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from localspec.drafters.base import Draft
 from localspec.engine.backend import Backend, common_prefix_length
+from localspec.engine.drafting import Draft
 from localspec.engine.verify import SamplingParams, sample_row
 
 MIN_CATCH_UP_SAMPLE = 16

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Draft
 from localspec.engine.backend import Backend
+from localspec.engine.drafting import Draft
 from localspec.engine.grammar import GrammarState
 
 WHITESPACE = frozenset(b" \t\n\r")
@@ -65,6 +65,7 @@ class ByteTokens:
 
 class GrammarForcedDrafter:
     name = "grammar"
+    catch_up_per_token: float | None = None  # follows the context for free
 
     def __init__(self, backend: Backend, state: GrammarState, bytes_: ByteTokens) -> None:
         """``state``: the grammar state of the generation (the loop advances it; this

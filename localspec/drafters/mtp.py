@@ -12,14 +12,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Draft
 from localspec.drafters.draft_model import draft_autoregressively
+from localspec.engine.drafting import Draft
 from localspec.engine.mtp import MtpContext
 from localspec.engine.verify import SamplingParams
 
 
 class MtpDrafter:
     name = "draft-mtp"
+    catch_up_per_token: float | None = None  # follows the context for free
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.drafters.base import Draft
+from localspec.engine.drafting import Draft
 
 # A match found with a shorter key than size_n is weaker evidence (a 4-token key recurs by
 # chance in prose): its draft is capped at this many times the key length. When the copy
@@ -40,6 +40,7 @@ class NgramParams:
 
 class NgramDrafter:
     name = "ngram-simple"
+    catch_up_per_token: float | None = None  # follows the context for free
 
     def __init__(self, params: NgramParams | None = None) -> None:
         self.params = params or NgramParams()

@@ -62,7 +62,6 @@ MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be c
 # ... and to resume after a pause (hysteresis): estimates from a few guesses are noisy, and
 # resuming whenever they overshoot makes speculation flap, losing a round each time
 RESUME_MARGIN = 0.15
-CARRY_OVER = 0.0  # acceptance is per answer: earlier answers (another kind of text) mislead
 RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about one token
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop drafting and checking for this answer.
@@ -83,16 +82,39 @@ class ShadowCheck:
     n_guessed: int = 1
 
 
+class FixedLengthController:
+    """Drafts ``n_max`` tokens every round, never pauses, never checks (``--no-adaptive``;
+    the grammar-forced drafter, whose drafts are dictated and free)."""
+
+    paused = False
+    pauses = 0
+    shadow_checks = 0
+
+    def __init__(self, n_max: int) -> None:
+        self.n_max = self.n_draft = n_max
+
+    def start(self) -> None:
+        """Nothing to learn per answer."""
+
+    def note_catch_up(self, seconds_per_token: float | None) -> None:
+        """Catching up costs nothing it would act on."""
+
+    def next_draft_length(self) -> int:
+        return self.n_max
+
+    def shadow_length(self) -> int:
+        return 0
+
+    def observe_shadow(self, check: ShadowCheck) -> None:
+        """Never asked for one."""
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+        """A fixed length decides nothing from what it sees."""
+
+
 class AdaptiveController:
-    def __init__(
-        self,
-        n_max: int,
-        cost: VerifyCost | None,
-        n_min: int = 0,
-        enabled: bool = True,
-    ) -> None:
+    def __init__(self, n_max: int, cost: VerifyCost, n_min: int = 0) -> None:
         self.n_max, self.n_min = n_max, n_min
-        self.enabled = enabled and cost is not None
         self.cost = cost
         self._accepted = np.zeros(n_max + 1)
         self._tried = np.zeros(n_max + 1)
@@ -114,11 +136,12 @@ class AdaptiveController:
         self._since_shadow = 0
         self._streak = 0
         self._misses = 0  # wrong guesses and lost rounds in this answer's opening
-        self._accepted *= CARRY_OVER
-        self._tried *= CARRY_OVER
+        # acceptance is per answer: earlier answers (another kind of text) mislead
+        self._accepted[:] = 0.0
+        self._tried[:] = 0.0
         self._prior_tries = PRIOR_TRIES
         self.n_draft = self._resume
-        self.paused = self.enabled
+        self.paused = True
         # re-learnt each answer (a guess or two): one slow first measurement must not
         # stop a drafter for good
         self.hopeless = False
@@ -133,14 +156,12 @@ class AdaptiveController:
         """Whether the drafter can check mid-answer: catching up a paused stretch costs it
         under SHADOW_BUDGET of a step per token. A draft model pays its prompt-processing
         rate, about a tenth of a target step on a small CPU, next to nothing on a GPU."""
-        if not self._catch_up or self.cost is None:
+        if not self._catch_up:
             return True
         return self._catch_up < self._budget_s()
 
     def next_draft_length(self) -> int:
         """How many tokens to draft and verify this round (0: decode plainly)."""
-        if not self.enabled:
-            return self.n_max
         return 0 if self.paused or self.hopeless else self.n_draft
 
     def shadow_length(self) -> int:
@@ -151,7 +172,7 @@ class AdaptiveController:
 
     def _wants_shadow(self) -> bool:
         """Whether this plain round should carry a shadow check (see the module docstring)."""
-        if not (self.enabled and self.paused) or self.hopeless:
+        if not self.paused or self.hopeless:
             return False
         if self._misses < OPENING_MISSES and self.shadow_checks < OPENING_CHECKS:
             return True  # the answer's opening: a check every step
@@ -161,7 +182,7 @@ class AdaptiveController:
 
     def _shadow_spacing(self) -> int:
         """Plain steps per shadow check, so that checks cost at most SHADOW_BUDGET."""
-        if self.cost is None or not self._draft_seen:
+        if not self._draft_seen:
             return 1
         spacing = np.ceil(self._draft_per_token / self._budget_s())
         return int(np.clip(spacing, 1, MAX_SHADOW_SPACING))
@@ -169,14 +190,11 @@ class AdaptiveController:
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         """Record one verified (or plain) round and choose the draft length for the next."""
         self._since_shadow += 1
-        if self.cost is not None:
-            self.cost.observe(n_drafted + 1, verify_s)
+        self.cost.observe(n_drafted + 1, verify_s)
         if not n_drafted:
             return  # a plain round (or a lookup that found nothing): nothing to decide
         self._record_acceptance(n_drafted, n_accepted)
         self._record_draft_cost(n_drafted, draft_s)
-        if not self.enabled:
-            return
         best = self._best_length()
         if best == 0:
             self.hopeless = self._is_hopeless(self._perfect_gains())
@@ -232,8 +250,6 @@ class AdaptiveController:
         return self._draft_per_token < self._budget_s()
 
     def _size_guesses(self, n_guessed: int, draft_s: float) -> None:
-        if self.cost is None:
-            return
         if draft_s < self._budget_s():
             self._guess_length = min(2 * n_guessed, self.n_max)
         else:

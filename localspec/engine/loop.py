@@ -16,10 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
-from localspec.drafters.base import Draft, Drafter
-from localspec.engine.adaptive import AdaptiveController, ShadowCheck
+from localspec.engine.adaptive import FixedLengthController, ShadowCheck
 from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import ModelledTimes
+from localspec.engine.drafting import Draft, Drafter
 from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.output import OutputAssembler
 from localspec.engine.stats import Stats, StatsRecorder
@@ -158,9 +158,7 @@ class SpeculativeLoop:
         self.times = times
         self.rng = np.random.default_rng(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
-        self.control: DraftControl = control or AdaptiveController(
-            spec.n_max, None, spec.n_min, False
-        )
+        self.control: DraftControl = control or FixedLengthController(spec.n_max)
         self.control.start()
         # the shadow round being followed (see adaptive.py): the guess, and the position
         # this plain round checks
@@ -222,7 +220,7 @@ class SpeculativeLoop:
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
             if self.times is None:  # a measured rate: modelled schedules go without
-                self.control.note_catch_up(getattr(self.drafter, "catch_up_per_token", None))
+                self.control.note_catch_up(self.drafter.catch_up_per_token)
         self.recorder.t_prefilled = time.perf_counter()
         row = self._constrained(raw[None, :], ())[0]
         last = self._choose(row)

@@ -65,7 +65,6 @@ SUPPORTED_ARCHS = (
     "mimo2",
     "step35",
 )
-TESTED_ARCHS = ("qwen35", "qwen35moe", "hy_v3")
 
 
 class MtpContext:

@@ -66,7 +66,6 @@ __all__ = [
     "nextn_rows",
 ]
 
-LLAMA_PROCESS_TYPE_ENCODE = 0
 LLAMA_PROCESS_TYPE_DECODE = 1
 
 

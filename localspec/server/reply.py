@@ -15,12 +15,13 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localspec.engine.loop import StepEvent, TokenLogprob
+from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolFormat
 from localspec.errors import LocalspecError
 from localspec.server.runner import GenerationStream
@@ -28,17 +29,23 @@ from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError
 from localspec.server.tool_stream import ToolCallStream, call_deltas
 
-if TYPE_CHECKING:
-    from localspec.server.app import Server
-
 log = logging.getLogger("localspec.server")
 DISCONNECT_POLL_S = 0.2
+
+
+class ReplyHost(Protocol):
+    """What a reply needs from the server (``server.app.Server``)."""
+
+    def envelope(self, chat: bool, rid: str) -> dict[str, Any]: ...
+    def extras(self, stats: Stats, mode: str) -> dict[str, Any]: ...
+    def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None: ...
+    def token_bytes(self, token: int) -> bytes: ...
 
 
 class Reply:
     def __init__(
         self,
-        server: Server,
+        server: ReplyHost,
         req: ChatRequest | CompletionRequest,
         mode: str,
         endpoint: str,

@@ -4,21 +4,21 @@ command palette (switch mode, draft model, draft length)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from textual import work
 from textual.app import App
 from textual.command import Hit, Hits, Provider
+from textual.reactive import reactive
 
 from localspec.api import Engine
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
 from localspec.errors import LocalspecError
+from localspec.probe_results import saved_speedup
 from localspec.tui.messages import EngineFailed, EngineReady, LoadProgress
 from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.chat import ChatScreen
@@ -82,11 +82,11 @@ class SpeculationCommands(Provider):
         ]
         found += [
             ("Draft model: load another…", app.ask_draft_model, "reload with a draft"),
-            ("Colour drafted tokens: toggle", app.chat.action_toggle_colours, ""),
-            ("Save conversation", app.chat.action_save, "JSON file"),
-            ("Load conversation", app.chat.action_load, "JSON file"),
-            ("New chat", app.chat.action_new_chat, ""),
-            ("Copy last answer", app.chat.action_copy_answer, ""),
+            ("Colour drafted tokens: toggle", partial(app.screen_action, "toggle_colours"), ""),
+            ("Save conversation", partial(app.screen_action, "save"), "JSON file"),
+            ("Load conversation", partial(app.screen_action, "load"), "JSON file"),
+            ("New chat", partial(app.screen_action, "new_chat"), ""),
+            ("Copy last answer", partial(app.screen_action, "copy_answer"), ""),
         ]
         return found
 
@@ -101,6 +101,8 @@ class SpeculationCommands(Provider):
 class ChatApp(App[None]):
     TITLE = "localspec chat"
     COMMANDS = App.COMMANDS | {SpeculationCommands}
+    mode: reactive[str] = reactive("-")  # the mode of the next answer
+    speedup: reactive[float | None] = reactive(None)  # its speedup in a saved probe
 
     def __init__(
         self, options: ChatOptions, loader: Callable[..., Engine] | None = load_engine
@@ -146,9 +148,7 @@ class ChatApp(App[None]):
         self.engine = message.engine
         self.mode_override = None
         self.sub_title = f"{self.engine.target_path.name} · {self.engine.mode}"
-        self.chat.stats.mode = self.current_mode
-        self.chat.stats.speedup = probe_speedup(self.engine.target_path, self.current_mode)
-        self.chat.stats.show(None)
+        self.show_mode(self.current_mode)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         if self.engine is None:  # nothing to chat with: leave, and `localspec chat` says why
@@ -182,10 +182,17 @@ class ChatApp(App[None]):
             self.notify(f"{mode} needs a draft that is not loaded: {hint}", severity="warning")
             return
         self.mode_override = mode
-        self.chat.stats.mode = mode
-        self.chat.stats.speedup = probe_speedup(self.engine.target_path, mode)
-        self.chat.stats.show(self.chat.stats.last)
+        self.show_mode(mode)
         self.notify(f"mode: {mode} (from the next answer)")
+
+    def show_mode(self, mode: str) -> None:
+        assert self.engine is not None
+        self.mode = mode
+        self.speedup = saved_speedup(self.engine.target_path, mode)
+
+    async def screen_action(self, action: str) -> None:
+        """A palette entry runs the chat screen's own action (its key binding's)."""
+        await self.chat.run_action(action)
 
     def set_draft_length(self, n: int) -> None:
         spec = self.options.spec
@@ -210,15 +217,3 @@ class ChatApp(App[None]):
     def on_unmount(self) -> None:
         if self.engine is not None:
             self.engine.close()
-
-
-def probe_speedup(target: Path, mode: str) -> float | None:
-    """The measured speedup of this mode from a saved `localspec probe`, if any."""
-    from localspec.probe import probe_file
-
-    try:
-        data = json.loads(probe_file(target).read_text())
-    except (OSError, ValueError):
-        return None
-    speeds = [r["speedup"] for r in data.get("ranking", []) if r.get("mode") == mode]
-    return max(speeds) if speeds else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
+from localspec.api import Engine
 from localspec.engine.loop import StepEvent
 from localspec.errors import LocalspecError
 from localspec.tui.messages import AnswerFinished, GenerationFailed
@@ -26,8 +27,17 @@ from localspec.tui.widgets.conversation import Conversation
 from localspec.tui.widgets.message_view import MessageView
 from localspec.tui.widgets.stats_panel import StatsPanel
 
-if TYPE_CHECKING:
-    from localspec.tui.app import ChatApp
+
+class ChatHost(Protocol):
+    """What the chat screen needs from its app (``tui.app.ChatApp``): the engine, the
+    options, the settings of the next answer; the panel follows its ``mode`` and ``speedup``
+    (reactive attributes) by watching them."""
+
+    engine: Engine | None
+    options: Any
+
+    def generation_kwargs(self) -> dict[str, Any]: ...
+
 
 REFRESH_S = 0.25  # redraw four times a second: rendering must not slow generation
 ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits
@@ -53,7 +63,7 @@ class ChatScreen(Screen[None]):
         self._window: list[tuple[float, int]] = []  # (time, n_tokens) for "tok/s now"
 
     @property
-    def chat_app(self) -> ChatApp:
+    def chat_app(self) -> ChatHost:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
@@ -70,6 +80,16 @@ class ChatScreen(Screen[None]):
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second for nothing
         prompt.focus()
         self.set_interval(REFRESH_S, self.drain)
+        self.watch(self.app, "mode", self._show_mode)
+        self.watch(self.app, "speedup", self._show_speedup)
+
+    def _show_mode(self, mode: str) -> None:
+        self.stats.mode = mode
+        self.stats.show(self.stats.last)
+
+    def _show_speedup(self, speedup: float | None) -> None:
+        self.stats.speedup = speedup
+        self.stats.show(self.stats.last)
 
     @property
     def conversation(self) -> Conversation:

@@ -1,4 +1,6 @@
-"""The Drafter protocol: the one interface every drafting mode implements."""
+"""The Drafter protocol, the one interface every drafting mode implements, and the Draft it
+returns. It lives with the loop that consumes it; the drafters (``localspec/drafters/``)
+implement it."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    # seconds per token this drafter pays to catch up with a stretch it did not follow
+    # (a draft model decodes it; measured in ``begin``); None: nothing to catch up
+    catch_up_per_token: float | None
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A generation starts: process the prompt now (timed as prompt processing, so the
