@@ -2,8 +2,17 @@
 
 from localspec.api import Engine, GenerationResult
 from localspec.engine.loop import SpecConfig, StepEvent
+from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.errors import LocalspecError
 
-__all__ = ["Engine", "GenerationResult", "LocalspecError", "SpecConfig", "Stats", "StepEvent"]
+__all__ = [
+    "Engine",
+    "GenerationResult",
+    "GenerationSettings",
+    "LocalspecError",
+    "SpecConfig",
+    "Stats",
+    "StepEvent",
+]
 __version__ = "0.1.0"

@@ -36,6 +36,7 @@ from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
+from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
@@ -189,7 +190,7 @@ class Engine:
                 "drop it, or add draft-self to --mode",
             )
         if draft_kind == "draft-self":
-            from localspec.self_draft import ensure_self_draft
+            from localspec.derivation.self_draft import ensure_self_draft
 
             draft = ensure_self_draft(target_path, self_layers, self_quant).path
         draft_path = resolve_model(draft) if draft is not None else None
@@ -290,7 +291,7 @@ class Engine:
         """The modes ``stream(mode=...)`` accepts with what is loaded."""
         modes = ["none", "ngram-simple"]
         if self.draft_kind is not None:
-            modes += [self.draft_kind, f"ngram-simple,{self.draft_kind}"]
+            modes += [self.draft_kind, f"ngram-simple+{self.draft_kind}"]
         return modes
 
     def _drafter(
@@ -352,52 +353,57 @@ class Engine:
     def stream(
         self,
         prompt: str | Sequence[Message],
+        settings: GenerationSettings | None = None,
         *,
-        max_tokens: int | None = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
         chat: bool = False,
         system: str | None = None,
-        mode: str | None = None,
-        spec: SpecConfig | None = None,
         record_margins: bool = False,
-        logprobs: int | None = None,
-        reproducible: bool = False,
-        grammar: str | None = None,
-        tools: Sequence[dict[str, Any]] | None = None,
+        **changes: Any,
     ) -> Iterator[StepEvent]:
-        """Generate, yielding one ``StepEvent`` per round. ``mode`` may switch to "none" (or
-        to any mode the loaded models allow) for this call only. ``logprobs``: each token's
-        log-probability under the target, with that many alternatives (None: off).
-        ``reproducible``: the prompt is evaluated as in a fresh context, and the draft
-        lengths are chosen from modelled round costs (``ModelledTimes``) by a fresh
-        controller, so that identical requests batch identically and get identical output
-        (see ``Backend.evaluate``). ``grammar``: GBNF
+        """Generate, yielding one ``StepEvent`` per round. ``settings`` (or keyword
+        ``changes`` to them: ``max_tokens=32, temperature=0.7``...) are one
+        ``GenerationSettings``. ``mode`` may switch to "none" (or to any mode the loaded
+        models allow) for this call only. ``logprobs``: each token's log-probability under
+        the target, with that many alternatives. ``reproducible``: the prompt is evaluated
+        as in a fresh context, and the draft lengths are chosen from modelled round costs
+        (``ModelledTimes``) by a fresh controller, so that identical requests batch
+        identically and get identical output (see ``Backend.evaluate``). ``grammar``: GBNF
         text the output must follow (``schema_grammar`` makes it from a JSON schema); the
         target's distribution is masked by it, and what it forces is drafted for free.
         ``tools``: OpenAI-style function tools shown to the model through its chat template
-        (``toolcalls`` reads the calls back from the text)."""
-        sampling = validate_sampling(temperature, top_k, top_p, min_p, seed)
-        if max_tokens is not None and max_tokens <= 0:
-            raise LocalspecError(f"max_tokens must be > 0 (got {max_tokens})")
-        mode = self.mode if mode is None else canonical(mode)
+        (``toolcalls`` reads the calls back from the text). ``record_margins``: the top-2
+        logit gap at each token, for tie-aware comparisons."""
+        try:
+            s = (settings or GenerationSettings()).but(**changes)
+        except TypeError as exc:
+            raise LocalspecError(f"unknown generation setting: {exc}") from None
+        yield from self._stream(prompt, s, chat, system, record_margins)
+
+    def _stream(
+        self,
+        prompt: str | Sequence[Message],
+        s: GenerationSettings,
+        chat: bool,
+        system: str | None,
+        record_margins: bool,
+    ) -> Iterator[StepEvent]:
+        sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
+        if s.max_tokens is not None and s.max_tokens <= 0:
+            raise LocalspecError(f"max_tokens must be > 0 (got {s.max_tokens})")
+        mode = self.mode if s.mode is None else canonical(s.mode)
         if mode not in self.available_modes():
             raise LocalspecError(
                 f"mode '{mode}' is not available with the loaded models",
                 f"use one of: {', '.join(self.available_modes())}",
             )
-        spec = spec or self.spec
+        spec = s.spec or self.spec
         spec.validate()
-        tokens = self.tokenize_prompt(prompt, chat, system, tools)
-        compiled = Grammar(self.target, grammar) if grammar is not None else None
+        tokens = self.tokenize_prompt(prompt, chat, system, s.tools)
+        compiled = Grammar(self.target, s.grammar) if s.grammar is not None else None
         state = compiled.start() if compiled is not None else None
         drafter = self._drafter(mode, sampling, spec, state)
         # identical greedy requests: a schedule that depends on the tokens only
-        times = self.modelled_times(spec) if reproducible and drafter and spec.adaptive else None
+        times = self.modelled_times(spec) if s.reproducible and drafter and spec.adaptive else None
         control: DraftControl | None
         if isinstance(drafter, ChainedDrafter) and spec.adaptive:
             parts = [
@@ -415,12 +421,12 @@ class Engine:
             drafter,
             sampling,
             spec,
-            max_tokens,
-            stop,
+            s.max_tokens,
+            s.stop,
             record_margins,
             control,
-            logprobs,
-            reproducible,
+            s.logprobs,
+            s.reproducible,
             state,
             times,
         )
@@ -440,18 +446,23 @@ class Engine:
         if on and self.mtp.synced < self.target.n_past:
             self.target.trim(self.mtp.synced)
 
-    def generate(self, prompt: str | Sequence[Message], **kwargs: object) -> GenerationResult:
+    def generate(
+        self,
+        prompt: str | Sequence[Message],
+        settings: GenerationSettings | None = None,
+        **kwargs: Any,
+    ) -> GenerationResult:
         """Run ``stream`` to the end and gather the result."""
         text, tokens, from_draft, margins, runners_up = [], [], [], [], []
         event = None
-        for event in self.stream(prompt, **kwargs):  # type: ignore[arg-type]
+        for event in self.stream(prompt, settings, **kwargs):
             text.append(event.text)
             tokens.extend(event.tokens)
             from_draft.extend(event.from_draft)
             margins.extend(event.margins)
             runners_up.extend(event.runners_up)
         assert event is not None
-        mode = str(kwargs.get("mode") or self.mode)
+        mode = str(kwargs.get("mode") or (settings and settings.mode) or self.mode)
         return GenerationResult(
             "".join(text),
             tokens,

@@ -1,8 +1,10 @@
 """Drafting modes, alone or chained: what a ``--mode`` string means and which draft it needs.
 
-A chain such as ``ngram-simple,draft-self`` tries the n-gram lookup first each round and
+A chain such as ``ngram-simple+draft-self`` tries the n-gram lookup first each round and
 asks the neural drafter only when the lookup has nothing (llama.cpp's precedence: the
-cheap, often long n-gram draft wins when it exists).
+cheap, often long n-gram draft wins when it exists). Chains are written with ``+``, which
+stays unambiguous in comma-separated lists (``--modes none,ngram-simple+draft-self``);
+``--mode ngram-simple,draft-self``, llama.cpp's spelling, is read the same.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from localspec.errors import LocalspecError
 LOOKUP_MODES = ("ngram-simple",)
 NEURAL_MODES = ("draft-model", "draft-self", "draft-mtp")
 SINGLE_MODES = ("none", *LOOKUP_MODES, *NEURAL_MODES)
-EXAMPLES = "none, ngram-simple, draft-model, draft-self, draft-mtp, ngram-simple,draft-self"
+EXAMPLES = "none, ngram-simple, draft-model, draft-self, draft-mtp, ngram-simple+draft-self"
 
 
 def parse_mode(mode: str) -> tuple[str, ...]:
-    """``'ngram-simple,draft-model'`` -> ('ngram-simple', 'draft-model'), validated. A chain
-    may also be written with ``+`` (where commas already separate modes, as in bench)."""
+    """``'ngram-simple+draft-model'`` (or with a comma) -> ('ngram-simple', 'draft-model'),
+    validated."""
     parts = tuple(p.strip() for p in mode.replace("+", ",").split(","))
     unknown = [p for p in parts if p not in SINGLE_MODES]
     if unknown:
@@ -28,7 +30,7 @@ def parse_mode(mode: str) -> tuple[str, ...]:
     if "none" in parts or len(set(parts)) != len(parts) or len(neural) != 1 or len(parts) != 2:
         raise LocalspecError(
             f"--mode '{mode}' is not a valid chain",
-            "chain one lookup mode and one neural mode, e.g. ngram-simple,draft-model",
+            "chain one lookup mode and one neural mode, e.g. ngram-simple+draft-model",
         )
     return (parts[0], parts[1]) if parts[0] in LOOKUP_MODES else (parts[1], parts[0])
 
@@ -39,4 +41,5 @@ def neural_part(mode: str) -> str | None:
 
 
 def canonical(mode: str) -> str:
-    return ",".join(parse_mode(mode))
+    """The one spelling of a mode: a chain lookup first, joined with ``+``."""
+    return "+".join(parse_mode(mode))

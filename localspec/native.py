@@ -39,7 +39,7 @@ def supported(mode: str) -> bool:
 
 
 def spec_type(mode: str) -> str:
-    """``ngram-simple,draft-model`` -> ``ngram-simple,draft-simple`` (a chain, as in llama.cpp)."""
+    """``ngram-simple+draft-model`` -> ``ngram-simple,draft-simple`` (llama.cpp's chain)."""
     return ",".join(_SPEC_TYPES[part] for part in parse_mode(mode))
 
 

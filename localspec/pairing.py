@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.gguf_info import GGUFInfo, gguf_info
+from localspec.derivation.gguf_info import GGUFInfo, gguf_info
 from localspec.hardware import available_memory
 from localspec.vocab import Vocab
 

@@ -281,7 +281,7 @@ def _derived(entry: ModelEntry, catalog: Catalog) -> Path:
     stamp = dest.with_name(dest.name + ".verified")
     if intact_file(dest, stamp):
         return dest
-    from localspec.engine.quantize import requantize
+    from localspec.derivation.quantize import requantize
 
     derive = entry.derive
     kind = f"pure {derive.ftype}" if derive.pure else derive.ftype

@@ -47,6 +47,16 @@ FLAG_CASES = [
     (["run", MISSING, "--min-p", "2"], "argument --min-p: 2 is out of range"),
     (["run", MISSING, "--top-k", "-1"], "argument --top-k: -1 is out of range"),
     (["run", MISSING, "-s", "-2"], "(-1: a random seed)"),
+    # structured output: refused before any model loads
+    (["run", MISSING, "--json-schema", "[1, 2]"], "--json-schema: a schema is a JSON object"),
+    (["run", MISSING, "--json-schema", "nofile.json"], "'nofile.json': no such file"),
+    (["run", MISSING, "--json-schema", "{bad"], "not valid JSON"),
+    (
+        ["run", MISSING, "--json-schema", '{"type": "string", "minLength": 5, "maxLength": 2}'],
+        "cannot be satisfied: at the schema: minLength 5 and maxLength 2 leave nothing",
+    ),
+    (["run", MISSING, "--json-schema", '{"type": 3}'], "cannot be turned into a grammar"),
+    (["run", MISSING, "--json-schema", "{}", "--grammar", "g"], "not allowed with argument"),
     (["run", MISSING, "-s", str(1 << 64)], "argument -s/--seed"),
     (["run", MISSING, "-s", "abc"], "'abc' is not an integer"),
     (["run", MISSING, "-n", "0"], "argument -n/--n-predict/--max-tokens: 0 is out of range"),
@@ -205,7 +215,7 @@ def test_internal_errors_are_one_line_unless_debugging(capsys, monkeypatch) -> N
     def broken(_args: object) -> int:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(models, "cmd_models", broken)
+    monkeypatch.setattr(models, "run", broken)
     code, text = outcome(capsys, ["models"])
     assert code == 70 and "Traceback" not in text
     assert "internal error: ZeroDivisionError: boom" in text and "LOCALSPEC_DEBUG=1" in text

@@ -115,7 +115,7 @@ def test_run_a_chain_reports_each_drafter(qwen_path: Path) -> None:
     done = run_cli("run", str(qwen_path), "--mode", "ngram-simple,draft-self", "-n", "48")
     assert done.returncode == 0, done.stderr
     out = done.stdout + done.stderr
-    assert "[ngram-simple,draft-self] 48 tokens" in out
+    assert "[ngram-simple+draft-self] 48 tokens" in out
     assert "ngram-simple: drafted" in out and "draft-self: drafted" in out
     assert "shadow check(s)" in out
     assert "draft-self: keeping 18 of 24 layers (0-5,12-23)" in done.stderr

@@ -157,8 +157,29 @@ def test_forced_text_from_the_start_of_a_schema(qwen: Engine) -> None:
     grammar.close()
 
 
-def test_bad_grammars_are_refused_with_a_reason(qwen: Engine) -> None:
-    with pytest.raises(LocalspecError, match="does not parse"):
+def test_bad_grammars_are_refused_with_a_reason(qwen: Engine, capfd) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(LocalspecError, match="does not parse: expecting"):
         Grammar(qwen.target, "root ::= (")
+    with pytest.raises(LocalspecError, match="Undefined rule identifier 'foo'"):
+        Grammar(qwen.target, "root ::= foo")
+    assert "root ::=" not in capfd.readouterr().err  # llama.cpp's own dump is kept back
     with pytest.raises(LocalspecError, match="JSON schema"):
         schema_grammar({"type": "objec"})
+
+
+@pytest.mark.parametrize(
+    "schema, said",
+    [
+        ({"type": "string", "minLength": 5, "maxLength": 2}, "minLength 5 and maxLength 2"),
+        ({"type": "array", "minItems": 3, "maxItems": 1}, "minItems 3 and maxItems 1"),
+        ({"properties": {"n": {"minimum": 10, "maximum": 2}}}, "properties.n: minimum 10"),
+        ({"type": "integer", "exclusiveMinimum": 2, "maximum": 2}, "exclusiveMinimum 2"),
+        ({"anyOf": [{"type": "null"}, {"enum": []}]}, "anyOf[1]: an empty enum"),
+        ({"type": "string", "pattern": "^(((($"}, "is not a regular expression"),
+    ],
+)
+def test_schemas_nothing_satisfies_are_refused(schema: dict, said: str) -> None:
+    with pytest.raises(LocalspecError, match="cannot be satisfied") as raised:
+        schema_grammar(schema)
+    assert said in raised.value.message
+    assert schema_grammar({"enum": [[]], "const": {"minLength": 3, "maxLength": 1}})

@@ -14,7 +14,8 @@ def test_single_and_chained_modes() -> None:
     assert parse_mode("ngram-simple,draft-model") == ("ngram-simple", "draft-model")
     # the lookup drafter always goes first, whatever order the user wrote
     assert parse_mode("draft-mtp, ngram-simple") == ("ngram-simple", "draft-mtp")
-    assert canonical("draft-self,ngram-simple") == "ngram-simple,draft-self"
+    assert canonical("draft-self,ngram-simple") == "ngram-simple+draft-self"
+    assert canonical("ngram-simple+draft-self") == "ngram-simple+draft-self"
     assert neural_part("ngram-simple,draft-self") == "draft-self"
     assert neural_part("ngram-simple") is None
 
@@ -30,7 +31,7 @@ def test_bad_modes_are_refused(mode: str) -> None:
 
 
 def test_resolve_mode_checks_the_draft_model() -> None:
-    assert resolve_mode("ngram-simple,draft-model", has_draft=True) == "ngram-simple,draft-model"
+    assert resolve_mode("ngram-simple,draft-model", has_draft=True) == "ngram-simple+draft-model"
     assert resolve_mode("draft-self", has_draft=False) == "draft-self"
     with pytest.raises(LocalspecError, match="needs a draft model"):
         resolve_mode("ngram-simple,draft-model", has_draft=False)

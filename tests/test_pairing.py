@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from localspec.cli import main
-from localspec.gguf_info import gguf_info
+from localspec.derivation.gguf_info import gguf_info
 from localspec.pairing import advice, check, draftless_modes
 from tests.vocab_gguf import write_vocab_gguf
 

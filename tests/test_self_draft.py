@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from localspec import Engine, SpecConfig
-from localspec.engine.layer_subset import write_layer_subset
+from localspec.derivation.gguf_info import read_header
+from localspec.derivation.layer_subset import write_layer_subset
+from localspec.derivation.self_draft import default_layers, ensure_self_draft, label, parse_layers
 from localspec.errors import LocalspecError
-from localspec.gguf_info import read_header
-from localspec.self_draft import default_layers, ensure_self_draft, label, parse_layers
 
 from .test_lossless_real import assert_stats_consistent, check_mode
 
@@ -64,7 +64,7 @@ def _tiny_llama(path: Path, n_layer: int = 4) -> Path:
 def test_layer_subset_renumbers_blocks_and_slices_per_layer_metadata(tmp_path: Path) -> None:
     source = _tiny_llama(tmp_path / "src.gguf")
     dest = tmp_path / "sub.gguf"
-    write_layer_subset(source, dest, (0, 3), {"localspec.self_draft.layers": "0,3"})
+    write_layer_subset(source, dest, (0, 3), {"localspec.derivation.self_draft.layers": "0,3"})
     reader = gguf.GGUFReader(str(dest))  # the reference reader accepts it
     fields = reader.fields
     assert int(fields["llama.block_count"].parts[-1][0]) == 2
@@ -74,7 +74,7 @@ def test_layer_subset_renumbers_blocks_and_slices_per_layer_metadata(tmp_path: P
     tensors = {t.name: t for t in reader.tensors}
     assert sorted(tensors) == ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "token_embd.weight"]
     assert float(tensors["blk.1.attn_q.weight"].data.flat[0]) == 3.0  # old block 3
-    assert read_header(dest).metadata["localspec.self_draft.layers"] == "0,3"
+    assert read_header(dest).metadata["localspec.derivation.self_draft.layers"] == "0,3"
 
 
 def test_self_draft_is_built_once_reused_and_rebuilt_when_damaged(
@@ -86,7 +86,7 @@ def test_self_draft_is_built_once_reused_and_rebuilt_when_damaged(
     assert "keeping 18 of 24 layers (0-5,12-23)" in capsys.readouterr().err
     header = read_header(first.path)
     assert header.metadata["qwen2.block_count"] == 18
-    assert header.metadata["localspec.self_draft.layers"] == "0-5,12-23"
+    assert header.metadata["localspec.derivation.self_draft.layers"] == "0-5,12-23"
     stamp = json.loads(first.path.with_name(first.path.name + ".verified").read_text())
     mtime = first.path.stat().st_mtime_ns
 

@@ -5,6 +5,7 @@ real server on Qwen2.5-Coder-0.5B-Instruct (whose template knows tools)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -136,8 +137,31 @@ def test_json_object_answer_is_an_object(client: openai.OpenAI) -> None:
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
 
 
+def test_a_function_without_parameters_is_called_without_arguments(client: openai.OpenAI) -> None:
+    bare = {"type": "function", "function": {"name": "get_time", "description": "Local time"}}
+    reply = chat(client, ASK, tools=[bare], tool_choice="required").choices[0]
+    assert reply.message.tool_calls[0].function.arguments == "{}"
+
+
 def test_what_cannot_be_honoured_is_refused(client: openai.OpenAI) -> None:
+    bad_ref = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}
+    contradictory = {"type": "string", "minLength": 5, "maxLength": 2}
     cases = [
+        ({"tool_choice": "required"}, "tool_choice needs tools"),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "'sometimes' is not one of"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": bad_ref}}]},
+            "tools[0].function.parameters",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": contradictory},
+                }
+            },
+            "cannot be satisfied",
+        ),
         ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}}, "x"),
         ({"tools": [{"type": "function", "function": {}}]}, "name"),
         ({"tools": [{"type": "retrieval"}]}, "function"),
@@ -149,7 +173,7 @@ def test_what_cannot_be_honoured_is_refused(client: openai.OpenAI) -> None:
         ),
     ]
     for kw, words in cases:
-        with pytest.raises(openai.BadRequestError, match=words):
+        with pytest.raises(openai.BadRequestError, match=re.escape(words)):
             chat(client, ASK, **kw)
 
 

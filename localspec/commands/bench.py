@@ -14,8 +14,8 @@ from rich.table import Table
 
 from localspec import argtypes as at
 from localspec import bench, native
-from localspec.commands.run import engine_options
-from localspec.commands.run import spec_for as run_spec_for
+from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
+from localspec.commands.flags import spec_for as run_spec_for
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path, check_output_path
 from localspec.hardware import machine_load
@@ -40,7 +40,7 @@ def write_text(path: str, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
@@ -226,37 +226,37 @@ def report(args, console, cells, ceiling, model, machine) -> None:  # type: igno
         bench.plot(cells, args.plot, header)
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    import llama_cpp
-    import psutil
-
-    from localspec.api import Engine
-    from localspec.hardware import threads_for
-
-    mem = psutil.virtual_memory()
-    console = Console()
-    load = machine_load()
-    args.threads = args.threads or threads_for(load)
-    console.print(
-        f"machine: {platform.machine()}, {psutil.cpu_count(logical=False)} physical / "
-        f"{psutil.cpu_count()} logical cores, threads used: {args.threads}"
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="every mode vs plain decoding (and native llama.cpp)")
+    add_model_flags(p)
+    add_spec_flags(p)
+    p.add_argument(
+        "--modes",
+        default="none,ngram-simple",
+        help="comma-separated modes: none, ngram-simple, draft-model, draft-self, draft-mtp, "
+        "or chains written with + (ngram-simple+draft-self)",
     )
-    console.print(f"memory: {mem.total / 2**30:.1f} GiB, {mem.available / 2**30:.1f} GiB free")
-    console.print(load.describe())
-    console.print(
-        f"llama-cpp-python {llama_cpp.__version__}; GPU offload "
-        f"{'available' if llama_cpp.llama_supports_gpu_offload() else 'not built in (CPU)'}"
+    p.add_argument(
+        "--prompts",
+        default="code-edit,code,qa,summary,creative,french",
+        help="prompt kinds or a prompt file",
     )
-    args.mode, args.draft = "ngram-simple", None
-    with Engine.load(**engine_options(args)) as engine:
-        cost = engine.verify_cost()
-        console.print(f"model: {engine.target_path}")
-        console.print(
-            f"one-token step {1000 * cost.seconds[0]:.1f} ms; "
-            f"batch of {int(cost.sizes[-1])} {1000 * cost.seconds[-1]:.1f} ms"
-        )
-        console.print(
-            f"ceiling for speculation here: {cost.ceiling():.2f}x "
-            "(no drafting can beat batch/one-token throughput)"
-        )
-    return 0
+    p.add_argument("--temps", default="0", help="comma-separated temperatures")
+    p.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
+    p.add_argument("--repeat", type=at.count, default=3, help="interleaved repeats")
+    p.add_argument("--json", default=None, metavar="OUT", help="write JSON results")
+    p.add_argument("--markdown", default=None, metavar="OUT.md", help="write a table")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="OUT.png",
+        help="write a PNG plot (needs matplotlib: pip install localspec[plot])",
+    )
+    p.add_argument(
+        "--native",
+        default=None,
+        metavar="DIR",
+        help="also run llama.cpp's llama-speculative-simple from DIR "
+        "(scripts/build-llama-cpp-tools builds it)",
+    )
+    p.set_defaults(handler=run)

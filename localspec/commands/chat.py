@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from localspec.commands.run import engine_options
+from localspec import argtypes as at
+from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
 
 
-def cmd_chat(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from localspec.api import validate_sampling
     from localspec.sources import resolve_model
     from localspec.tui.app import ChatApp, ChatOptions
 
-    validate_sampling(args.temp, 0, 1.0, 0.0, None)
+    validate_sampling(args.temperature, 0, 1.0, 0.0, None)
     options = engine_options(args)
     options["spec"].validate()
     # Find (download, derive) the models on the terminal, before the full-screen interface
@@ -22,10 +23,33 @@ def cmd_chat(args: argparse.Namespace) -> int:
         options["draft"] = str(resolve_model(options["draft"]))
     app = ChatApp(
         ChatOptions(
-            **options, system=args.system, temperature=args.temp, max_tokens=args.max_tokens
+            **options, system=args.system, temperature=args.temperature, max_tokens=args.max_tokens
         )
     )
     app.run()
     if app.load_error is not None:
         raise app.load_error
     return app.return_code or 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("chat", help="terminal chat showing speculation live")
+    add_model_flags(p)
+    add_spec_flags(p)
+    p.add_argument("--system", default=None, help="system message")
+    p.add_argument(
+        "--temp",
+        dest="temperature",
+        type=at.temperature,
+        default=0.0,
+        help="temperature (0: greedy)",
+    )
+    p.add_argument(
+        "-n",
+        "--n-predict",
+        dest="max_tokens",
+        type=at.count,
+        default=1024,
+        help="most tokens per answer (default 1024)",
+    )
+    p.set_defaults(handler=run)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from localspec.catalog import ModelEntry, load_catalog
 from localspec.commands.pairs import hf_cache_ggufs
-from localspec.sources import cache_dir, local_path, pull
+from localspec.sources import cache_dir, local_path
 
 GIB = 1 << 30
 
@@ -22,7 +21,7 @@ def source_kind(entry: ModelEntry) -> str:
     return "hub + PyPI mirror" if entry.mirror else "hub"
 
 
-def cmd_models(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     rows = []
     for name, entry in catalog.models.items():
@@ -69,7 +68,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pull(args: argparse.Namespace) -> int:
-    path: Path = pull(args.ref)
-    print(path)
-    return 0
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("models", help="the catalog and what is on disk")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=run)

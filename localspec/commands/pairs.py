@@ -11,9 +11,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from localspec import argtypes as at
 from localspec.catalog import Catalog, load_catalog
+from localspec.derivation.gguf_info import gguf_info
 from localspec.errors import LocalspecError
-from localspec.gguf_info import gguf_info
 from localspec.pairing import Verdict, check, draftless_modes
 from localspec.sources import local_path, resolve_model
 from localspec.vocab import Vocab
@@ -94,7 +95,7 @@ def judge(
     return rows
 
 
-def cmd_pairs(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     target = resolve_model(args.target, catalog)
     info = gguf_info(target)
@@ -168,3 +169,26 @@ def print_pairs(info, rows, notes, known) -> None:  # type: ignore[no-untyped-de
             f"catalog pair not on disk: {p.draft} ({p.note}); "
             f"get it with `localspec pull {p.draft}`"
         )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("pairs", help="which draft models work with a target, and why")
+    p.add_argument("target", help="target model: a .gguf path or a catalog name")
+    p.add_argument("candidates", nargs="*", help="draft candidates (paths or catalog names)")
+    p.add_argument(
+        "--scan",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also consider every .gguf under DIR (repeatable)",
+    )
+    p.add_argument(
+        "--no-hf-cache",
+        action="store_true",
+        help="do not consider the GGUFs in the Hugging Face cache",
+    )
+    p.add_argument(
+        "-c", "--ctx-size", type=at.context, default=4096, help="context size for the memory check"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=run)

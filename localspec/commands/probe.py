@@ -13,12 +13,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from localspec import argtypes as at
 from localspec import probe
 from localspec.api import Engine
 from localspec.catalog import Catalog, load_catalog
+from localspec.commands.flags import add_machine_flags
 from localspec.commands.pairs import Candidate, gather_candidates, judge, unique
+from localspec.derivation.gguf_info import gguf_info
 from localspec.errors import LocalspecError
-from localspec.gguf_info import gguf_info
 from localspec.hardware import MachineLoad, machine_load
 from localspec.measure import Budget, shown
 from localspec.pairing import MAX_USEFUL_SIZE_RATIO, draftless_modes
@@ -57,7 +59,7 @@ class ProbeRun:
         return probe.rank(self.measurements)
 
 
-def cmd_probe(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     prompts = select_prompts(args.prompts)
     lengths = parse_lengths(args.lengths)
     wanted = parse_modes(args.modes)
@@ -159,7 +161,7 @@ def run_all(
     budget = Budget(args.budget, n_cells)
     gen = dict(
         n_tokens=args.n_predict,
-        temperature=args.temp,
+        temperature=args.temperature,
         seed=args.seed,
         max_pairs=args.repeat,
         budget=budget,
@@ -261,3 +263,68 @@ def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
     console.print(f"[bold]recommendation[/]: {probe.recommendation(ranking)}")
     console.print(f"probe took {elapsed:.0f} s; {run.machine.describe()}")
     sys.stdout.flush()
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("probe", help="rank drafts and modes by measured speedup")
+    p.add_argument("target", help="target model: a .gguf path or a catalog name")
+    p.add_argument(
+        "--candidates",
+        type=lambda t: [x for x in t.split(",") if x],
+        default=[],
+        help="comma-separated draft candidates (paths or names)",
+    )
+    p.add_argument(
+        "--scan",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also consider every .gguf under DIR",
+    )
+    p.add_argument(
+        "--no-hf-cache",
+        action="store_true",
+        help="do not consider the GGUFs in the Hugging Face cache",
+    )
+    p.add_argument(
+        "--prompts",
+        default="code-edit,qa",
+        help="prompt kinds (code-edit,code,qa,summary,creative,french,json) or a file",
+    )
+    p.add_argument("--lengths", default="4,8,16", help="draft lengths to try")
+    p.add_argument(
+        "--modes",
+        default="ngram-simple,draft-self,draft-mtp,draft-model",
+        help="what to measure (default: every mode the target supports and every draft)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=at.integer(2, 50),
+        default=4,
+        help="speculative runs per configuration and prompt at most, each between two plain "
+        "runs (default 4; at least 2 are always made, more while their spread is wide)",
+    )
+    p.add_argument(
+        "--budget",
+        type=at.real(1.0, 86400.0),
+        default=150.0,
+        metavar="SECONDS",
+        help="time for repeats beyond the first two (default 150)",
+    )
+    p.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
+    p.add_argument(
+        "--temp", dest="temperature", type=at.temperature, default=0.0, help="temperature"
+    )
+    p.add_argument("-s", "--seed", type=at.seed, default=0, help="seed for sampling")
+    add_machine_flags(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--save", action="store_true", help="remember the winner for --mode auto (run, chat, serve)"
+    )
+    p.add_argument(
+        "--export",
+        choices=("llama-server", "vllm"),
+        default=None,
+        help="print the winner as a llama-server command or a vLLM config",
+    )
+    p.set_defaults(handler=run)

@@ -6,59 +6,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from localspec.api import Engine
-from localspec.engine.loop import SpecConfig
+from localspec.commands.flags import (
+    add_model_flags,
+    add_sampling_flags,
+    add_spec_flags,
+    load_engine,
+)
+from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
 from localspec.modes import parse_mode
-
-
-def engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of ``Engine.load`` from the shared model and spec flags."""
-    from localspec.api import resolve_mode
-    from localspec.catalog import load_catalog
-    from localspec.drafters.ngram import NgramParams
-
-    mode = resolve_mode(args.mode, args.draft is not None)
-    spec = spec_for(args, mode)
-    ngram = NgramParams(
-        args.spec_ngram_simple_size_n,
-        args.spec_ngram_simple_size_m,
-        args.spec_ngram_simple_min_hits,
-        min(args.spec_ngram_simple_min_n, args.spec_ngram_simple_size_n),
-    )
-    return dict(
-        target=args.target or load_catalog().default_model,
-        draft=args.draft,
-        mode=mode,
-        n_ctx=args.ctx_size,
-        n_threads=args.threads,
-        n_gpu_layers=args.gpu_layers,
-        n_gpu_layers_draft=args.gpu_layers_draft,
-        spec=spec,
-        ngram=ngram,
-        self_layers=args.spec_self_layers,
-        self_quant=args.spec_self_quant,
-    )
-
-
-def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
-    """The speculation settings of the flags for ``mode``. Without --spec-draft-n-max, a mode
-    that starts with the n-gram lookup drafts up to its size-m (48), a neural one 16."""
-    n_max = args.spec_draft_n_max
-    if n_max is None:
-        n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
-    return SpecConfig(
-        n_max=n_max,
-        n_min=args.spec_draft_n_min,
-        p_min=args.spec_draft_p_min,
-        adaptive=not args.no_adaptive,
-    )
-
-
-def load_engine(args: argparse.Namespace) -> Engine:
-    return Engine.load(**engine_options(args))
 
 
 def read_prompt(args: argparse.Namespace) -> tuple[str, bool]:
@@ -88,13 +45,14 @@ def read_grammar(args: argparse.Namespace) -> str | None:
     if args.json_schema is None:
         return None
     text = args.json_schema
-    if not text.lstrip().startswith("{"):
+    if not text.lstrip().startswith("{") and Path(text).is_file():
         text = read_text(Path(text), "--json-schema")
     try:
         schema = json.loads(text)
     except ValueError as exc:
+        said = f"not valid JSON ({exc})" if text.lstrip()[:1] in '{["' else "no such file"
         raise LocalspecError(
-            f"--json-schema: not valid JSON: {exc}",
+            f"--json-schema {args.json_schema!r}: {said}",
             "give a JSON schema, or a .json file holding one",
         ) from None
     if not isinstance(schema, dict):
@@ -111,25 +69,14 @@ def read_text(path: Path, flag: str) -> str:
         ) from None
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from localspec.api import validate_sampling
     from localspec.lossless import compare
 
-    validate_sampling(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
+    validate_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     prompt, chat = read_prompt(args)
-    grammar = read_grammar(args)
-    gen = dict(
-        max_tokens=args.max_tokens,
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=args.seed,
-        stop=args.stop,
-        chat=chat,
-        system=args.system,
-        grammar=grammar,
-    )
+    settings = GenerationSettings.pick(args, grammar=read_grammar(args), mode=None, spec=None)
+    gen = dict(settings=settings, chat=chat, system=args.system)
     with load_engine(args) as engine:
         plain = None
         if args.compare:
@@ -164,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         report["plain_tokens_per_s"] = round(plain_speed, 3)
         report["plain_runs_tokens_per_s"] = [round(x, 3) for x in plain_runs]
         report["speedup"] = round(speedup, 3)
-        if args.temp == 0:
+        if args.temperature == 0:
             report["lossless"] = compare(
                 plain.tokens, plain.margins, tokens, plain.runners_up
             ).to_dict()
@@ -214,3 +161,40 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
             f"{'near tie: ok' if lossless['near_tie'] else 'NOT a near tie'})"
         )
     print("\n".join(lines), file=sys.stderr)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="generate from a prompt, with speculation")
+    add_model_flags(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("-p", "--prompt", default=None, help="the prompt text")
+    src.add_argument("-f", "--file", type=Path, default=None, help="read the prompt from a file")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap the prompt as a user message in the model's chat template",
+    )
+    p.add_argument("--system", default=None, help="system message (implies --chat)")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--json-schema",
+        default=None,
+        metavar="SCHEMA",
+        help="the answer must follow this JSON schema (a .json file, or the schema itself)",
+    )
+    shape.add_argument(
+        "--grammar",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a GBNF grammar the answer follows",
+    )
+    add_sampling_flags(p)
+    add_spec_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="first decode plainly in the same process: speedup and losslessness",
+    )
+    p.set_defaults(handler=run)

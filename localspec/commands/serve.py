@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from localspec.commands.run import load_engine
+from localspec import argtypes as at
+from localspec.commands.flags import add_model_flags, add_spec_flags, load_engine
 from localspec.errors import LocalspecError
 from localspec.server.guard import is_loopback_host
 
@@ -54,7 +55,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from localspec.server.app import ServerSettings, create_app
 
     listening = bind_socket(args.host, args.port)
@@ -84,3 +85,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         GracefulServer(config).run(sockets=[listening])
     print("localspec: stopped", file=sys.stderr)
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    add_model_flags(p)
+    add_spec_flags(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=at.port, default=8080, help="port (default 8080; 0: any free)")
+    p.add_argument(
+        "--api-key", default=None, help="require Authorization: Bearer KEY (also for /metrics)"
+    )
+    p.add_argument(
+        "--allowed-origins",
+        type=at.origins,
+        default=(),
+        metavar="ORIGINS",
+        help="web origins that may call the API besides loopback ones, comma-separated "
+        "(e.g. https://app.example.com; *: any)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=at.non_negative,
+        default=8,
+        help="requests that may wait for the engine before 429 (default 8)",
+    )
+    p.set_defaults(handler=run)

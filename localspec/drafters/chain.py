@@ -1,4 +1,4 @@
-"""Chained drafters (``--mode ngram-simple,draft-model``): the first that has a draft wins.
+"""Chained drafters (``--mode ngram-simple+draft-model``): the first that has a draft wins.
 
 llama.cpp's precedence rule: the lookup drafter is asked first; only when it has nothing is
 the neural drafter run. Each draft is tagged with the drafter that made it, so statistics

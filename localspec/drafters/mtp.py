@@ -12,15 +12,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.draft_model import draft_autoregressively
+from localspec.drafters.neural import NeuralDrafter
 from localspec.engine.drafting import Draft
 from localspec.engine.mtp import MtpContext
 from localspec.engine.verify import SamplingParams
 
 
-class MtpDrafter:
-    name = "draft-mtp"
-    catch_up_per_token: float | None = None  # follows the context for free
+class MtpDrafter(NeuralDrafter):
+    name = "draft-mtp"  # follows the context for free: no catch-up cost
 
     def __init__(
         self,
@@ -29,10 +28,8 @@ class MtpDrafter:
         p_min: float = 0.0,
         rng: np.random.Generator | None = None,
     ) -> None:
+        super().__init__(sampling, p_min, rng)
         self.mtp = mtp
-        self.sampling = sampling
-        self.p_min = p_min
-        self.rng = rng or np.random.default_rng(sampling.seed)
 
     def begin(self, prompt: Sequence[int]) -> None:
         """The MTP context mirrored the prompt while the target processed it."""
@@ -45,8 +42,8 @@ class MtpDrafter:
         if n_max <= 0:
             return Draft()
         row = self.mtp.first_step(context[-1], pos)
-        return draft_autoregressively(
-            row, lambda token, n_drafted: self.mtp.next_step(token, pos + n_drafted), n_max, self
+        return self.draft_from(
+            row, lambda token, n_drafted: self.mtp.next_step(token, pos + n_drafted), n_max
         )
 
     def accepted(self, n_accepted: int) -> None:

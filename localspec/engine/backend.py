@@ -349,6 +349,6 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 def _diagnose_gguf(path: Path) -> str | None:
     """Explain why llama.cpp refused a file, when the file itself is the cause."""
-    from localspec.gguf_info import truncation_problem
+    from localspec.derivation.gguf_info import truncation_problem
 
     return truncation_problem(path)

@@ -18,8 +18,12 @@ when the best allowed token lies inside it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
+import os
+import re
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +32,7 @@ import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from localspec.engine.backend import Backend
+from localspec.engine.llama_lib import recent_log
 from localspec.errors import LocalspecError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -37,7 +42,12 @@ NEGLIGIBLE_T = 50.0  # ... are enough when the best allowed token is within this
 
 
 def schema_grammar(schema: dict[str, Any]) -> str:
-    """GBNF for a JSON schema (llama.cpp's converter, as llama-server uses it)."""
+    """GBNF for a JSON schema (llama.cpp's converter, as llama-server uses it). A schema
+    nothing can satisfy is refused: the converter would ignore the contradiction."""
+    if (problem := unsatisfiable(schema)) is not None:
+        raise LocalspecError(
+            f"the JSON schema cannot be satisfied: {problem}", "fix the schema's bounds"
+        )
     try:
         return json_schema_to_gbnf(json.dumps(schema))
     except Exception as exc:  # the converter asserts on what it does not know
@@ -49,6 +59,49 @@ def schema_grammar(schema: dict[str, Any]) -> str:
 
 
 JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+BOUNDS = (
+    ("minLength", "maxLength"),
+    ("minItems", "maxItems"),
+    ("minProperties", "maxProperties"),
+    ("minimum", "maximum"),
+    ("exclusiveMinimum", "maximum"),
+    ("minimum", "exclusiveMaximum"),
+    ("exclusiveMinimum", "exclusiveMaximum"),
+)
+
+
+def unsatisfiable(schema: Any, where: str = "the schema") -> str | None:
+    """Where a schema contradicts itself (bounds the wrong way round, an empty enum, a
+    pattern that is no regular expression), or None."""
+    if isinstance(schema, list):
+        for i, item in enumerate(schema):
+            if (found := unsatisfiable(item, f"{where}[{i}]")) is not None:
+                return found
+        return None
+    if not isinstance(schema, dict):
+        return None
+    for low, high in BOUNDS:
+        a, b = schema.get(low), schema.get(high)
+        if _number(a) and _number(b) and (a > b or (a == b and "exclusive" in low + high)):
+            return f"at {where}: {low} {a} and {high} {b} leave nothing"
+    if schema.get("enum") == []:
+        return f"at {where}: an empty enum"
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"at {where}: the pattern {pattern!r} is not a regular expression ({exc})"
+    for key, value in schema.items():
+        if key in ("enum", "const", "examples", "default"):
+            continue  # values, not schemas
+        if (found := unsatisfiable(value, f"{where}.{key}")) is not None:
+            return found
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class Grammar:
@@ -58,10 +111,15 @@ class Grammar:
         self.backend = backend
         self.gbnf = gbnf
         self._initial: llama_cpp.llama_sampler_p | None = None
-        sampler = llama_cpp.llama_sampler_init_grammar(backend.vocab, gbnf.encode(), root.encode())
+        with _stderr_captured() as said:
+            sampler = llama_cpp.llama_sampler_init_grammar(
+                backend.vocab, gbnf.encode(), root.encode()
+            )
         if not sampler:
+            reason = said[0].strip().splitlines()[0] if said and said[0].strip() else ""
+            reason = reason.split("error parsing grammar: ")[-1] or recent_log()
             raise LocalspecError(
-                "the grammar does not parse (llama.cpp's GBNF parser refused it)",
+                f"the grammar does not parse: {reason}",
                 "check the grammar text; see llama.cpp's grammars/README.md",
             )
         self._initial = sampler
@@ -170,6 +228,23 @@ def _second(row: np.ndarray, first: int) -> int:
     second = int(row.argmax())
     row[first] = best
     return second
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Any:
+    """What llama.cpp writes to the process's stderr meanwhile (its grammar parser prints
+    its errors there, with the whole grammar): kept, not shown; ``said[0]`` after."""
+    said: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            said.append(sink.read().decode("utf-8", errors="replace"))
 
 
 def _only(row: np.ndarray, keep: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ from localspec.engine.costs import ModelledTimes
 from localspec.engine.drafting import Draft, Drafter
 from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.output import OutputAssembler
+from localspec.engine.shadow import ShadowRounds
 from localspec.engine.stats import Stats, StatsRecorder
 from localspec.engine.verify import (
     SamplingParams,
@@ -160,9 +161,7 @@ class SpeculativeLoop:
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
         self.control: DraftControl = control or FixedLengthController(spec.n_max)
         self.control.start()
-        # the shadow round being followed (see adaptive.py): the guess, and the position
-        # this plain round checks
-        self._shadow: tuple[Draft, int] | None = None
+        self.shadows = ShadowRounds(drafter, self.control) if drafter is not None else None
         self.recorder = StatsRecorder(n_prompt=len(prompt))
 
     def _snapshot(self) -> Stats:
@@ -249,51 +248,6 @@ class SpeculativeLoop:
             room = min(room, self.target.max_rollback)
         return max(0, min(k, room))
 
-    @staticmethod
-    def _guess_acceptance(guess: Draft, position: int, p: np.ndarray | None, chosen: int) -> float:
-        """The probability that a shadow guess would have been accepted had it been drafted:
-        greedy (``p`` None), whether it is the target's choice; sampling, sum(min(p, q))
-        (p(x) for a guess without probabilities): what rejection sampling accepts on
-        average, a steadier signal than one accept/reject draw."""
-        token = guess.tokens[position]
-        if p is None:
-            return float(token == chosen)
-        if guess.probs is None:
-            return float(p[token])
-        return float(np.minimum(p, guess.probs[position]).sum())
-
-    def _shadow_check(self, context: Sequence[int]) -> tuple[Draft, int] | None:
-        """What this plain round checks: the next position of the shadow round being
-        followed, or a new guess when the controller asks for one. Only one-hot guesses are
-        followed past their first token: plain sampling then takes the guessed path exactly
-        as often as verification would accept it."""
-        if self._shadow is not None and self.control.paused:
-            return self._shadow
-        n = self.control.shadow_length()
-        if n == 0:
-            return None
-        assert self.drafter is not None  # only a drafter's plain rounds carry checks
-        guess = self.drafter.propose(context, n)
-        if guess.probs is not None:
-            guess = guess.truncated(1)
-        return guess, 0
-
-    def _score_shadow(
-        self, shadow: tuple[Draft, int], p: np.ndarray | None, chosen: int, draft_s: float
-    ) -> None:
-        """Tell the controller how the checked position fared; follow the round further
-        while the target chose the guessed token."""
-        guess, position = shadow
-        self._shadow = None
-        if not guess.tokens:
-            self.control.observe_shadow(ShadowCheck(None, draft_s))
-            return
-        chance = self._guess_acceptance(guess, position, p, chosen)
-        follow = guess.tokens[position] == chosen and position + 1 < len(guess)
-        self.control.observe_shadow(ShadowCheck(chance, draft_s, position, not follow, len(guess)))
-        if follow:
-            self._shadow = (guess, position + 1)
-
     def _told_times(
         self,
         draft: Draft,
@@ -308,36 +262,45 @@ class SpeculativeLoop:
         source = made.source or (self.drafter.name if self.drafter else "")
         return self.times.draft(len(made), source), self.times.verify(len(draft) + 1)
 
-    def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:
-        t0 = time.perf_counter()
+    def _draft(self, context: list[int]) -> tuple[Draft, tuple[Draft, int] | None]:
+        """This round's draft (cut to the allowed length and to what the grammar allows),
+        or, when there is none, what the paused drafter's shadow check guesses."""
         k = self._draft_length()
-        draft, shadow = Draft(), None
-        if k > 0 and self.drafter:
-            draft = self.drafter.propose(context, k)
+        draft = self.drafter.propose(context, k) if k > 0 and self.drafter else Draft()
         if len(draft) > k:
             draft = draft.truncated(k)
         if self.grammar is not None and draft.tokens:
             draft = draft.truncated(self.grammar.valid_prefix(draft.tokens))
         if len(draft) < self.spec.n_min:
             draft = Draft()
+        if self.shadows is None:
+            return draft, None
         if draft.tokens:
-            self._shadow = None  # drafting again: the shadow round is over
-        elif self.drafter:
-            # a paused drafter guesses; the guess is scored, not verified
-            shadow = self._shadow_check(context)
+            self.shadows.stop()
+            return draft, None
+        return draft, self.shadows.check(context)  # scored after the plain step, not verified
+
+    def _accept(
+        self, draft: Draft, rows: Sequence[np.ndarray]
+    ) -> tuple[int, int, np.ndarray | None]:
+        """How many drafted tokens the target accepts, its own next token, and (a plain
+        sampled round) the distribution it was drawn from, for a shadow guess."""
+        if self.sampling.greedy:
+            return (*accept_greedy(draft.tokens, rows), None)
+        if not draft.tokens:
+            chosen, p = sample_row(rows[0], self.sampling, self.rng)
+            return 0, chosen, p
+        n_acc, chosen = accept_sampling(draft.tokens, draft.probs, rows, self.sampling, self.rng)
+        return n_acc, chosen, None
+
+    def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:
+        t0 = time.perf_counter()
+        draft, shadow = self._draft(context)
         t1 = time.perf_counter()
         n_past = self.target.n_past
         raw = self.target.decode([last, *draft.tokens], all_logits=True)
         rows = self._constrained(raw, draft.tokens)
-        p_plain = None  # a plain round's processed distribution, kept for a shadow guess
-        if self.sampling.greedy:
-            n_acc, chosen = accept_greedy(draft.tokens, rows)
-        elif not draft.tokens:
-            n_acc, (chosen, p_plain) = 0, sample_row(rows[0], self.sampling, self.rng)
-        else:
-            n_acc, chosen = accept_sampling(
-                draft.tokens, draft.probs, rows, self.sampling, self.rng
-            )
+        n_acc, chosen, p_plain = self._accept(draft, rows)
         margins = [top2(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
         logprobs = self._logprobs(raw, [*draft.tokens[:n_acc], chosen])
         self._follow_grammar([*draft.tokens[:n_acc], chosen])
@@ -348,8 +311,8 @@ class SpeculativeLoop:
             self.drafter.accepted(n_acc)
         draft_s, verify_s = self._told_times(draft, shadow, t1 - t0, t2 - t1)
         self.control.observe(len(draft), n_acc, draft_s, verify_s)
-        if shadow is not None:
-            self._score_shadow(shadow, p_plain, chosen, draft_s)
+        if shadow is not None and self.shadows is not None:
+            self.shadows.score(shadow, p_plain, chosen, draft_s)
         self.recorder.draft_s += t1 - t0
         self.recorder.verify_s += t2 - t1
 

@@ -38,11 +38,11 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from localspec.derivation.gguf_info import gguf_info
 from localspec.engine import nextn_ext
 from localspec.engine.backend import Backend
 from localspec.engine.llama_lib import recent_log
 from localspec.errors import LocalspecError
-from localspec.gguf_info import gguf_info
 from localspec.hardware import default_threads
 
 # architectures with an MTP draft graph in the vendored llama.cpp (LLM_GRAPH_TYPE_DECODER_MTP)

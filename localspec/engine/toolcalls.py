@@ -24,6 +24,8 @@ from localspec.engine.grammar import schema_grammar
 from localspec.errors import LocalspecError
 
 Tool = dict[str, Any]
+# OpenAI: a function without parameters takes none
+NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ def check_tools(tools: Sequence[Tool]) -> None:
         parameters = function.get("parameters", {})
         if not isinstance(parameters, dict):
             raise LocalspecError(f"tools[{i}].function.parameters: must be a JSON schema object")
+        if parameters:
+            try:
+                schema_grammar(parameters)
+            except LocalspecError as exc:
+                raise LocalspecError(f"tools[{i}].function.parameters: {exc.message}") from None
 
 
 def call_schema(tools: Sequence[Tool], arguments_key: str = "arguments") -> dict[str, Any]:
@@ -68,7 +75,7 @@ def call_schema(tools: Sequence[Tool], arguments_key: str = "arguments") -> dict
     options = []
     for tool in tools:
         function = function_of(tool)
-        parameters = function.get("parameters") or {"type": "object"}
+        parameters = function.get("parameters") or NO_ARGUMENTS
         options.append(
             {
                 "type": "object",

@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from localspec.api import Engine, validate_sampling
 from localspec.engine.grammar import schema_grammar
+from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, format_for
 from localspec.errors import LocalspecError
@@ -147,12 +148,17 @@ class Server:
         if not isinstance(req, ChatRequest):
             return {"tools": None, "grammar": None}
         tools = req.active_tools
+        if not req.tools and req.tool_choice not in (None, "none", "auto"):
+            raise ApiError(400, "tool_choice needs tools to choose from", param="tool_choice")
         try:
-            chosen = chosen_tools(tools, req.tool_choice) if tools else None
             if tools:
                 check_tools(tools)
         except LocalspecError as exc:
             raise ApiError(400, exc.message, param="tools") from None
+        try:
+            chosen = chosen_tools(tools, req.tool_choice) if tools else None
+        except LocalspecError as exc:
+            raise ApiError(400, exc.message, param="tool_choice") from None
         try:
             schema = req.response_schema()
         except ValueError as exc:
@@ -224,14 +230,9 @@ class Server:
                 code="context_length_exceeded",
                 param=where,
             )
-        return dict(
-            prompt=prompt,
+        settings = GenerationSettings.pick(
+            req,
             max_tokens=req.token_limit,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            min_p=req.min_p,
-            seed=req.seed,
             stop=req.stops(),
             mode=mode,
             spec=spec,
@@ -240,6 +241,7 @@ class Server:
             reproducible=req.temperature == 0,
             **constraints,
         )
+        return {"prompt": prompt, "settings": settings}
 
     async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream:
         try:
@@ -305,9 +307,10 @@ class Server:
         except ApiError as exc:
             self.metrics.requests.labels(endpoint, str(exc.status)).inc()
             return exc.response()
-        tools = args.get("tools")
+        settings: GenerationSettings = args["settings"]
+        tools = settings.tools
         tool_format = for_tools(self.tool_format, tools) if tools else None
-        reply = Reply(self, req, args["mode"], endpoint, tool_format)
+        reply = Reply(self, req, str(settings.mode), endpoint, tool_format)
         if req.stream:
             return StreamingResponse(reply.sse(events), media_type="text/event-stream")
         return await reply.whole(request, events)

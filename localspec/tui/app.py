@@ -17,6 +17,7 @@ from textual.reactive import reactive
 from localspec.api import Engine
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
+from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
 from localspec.probe_results import saved_speedup
 from localspec.tui.messages import EngineFailed, EngineReady, LoadProgress
@@ -164,13 +165,8 @@ class ChatApp(App[None]):
     def current_mode(self) -> str:
         return self.mode_override or (self.engine.mode if self.engine else "-")
 
-    def generation_kwargs(self) -> dict[str, Any]:
-        return {
-            "max_tokens": self.options.max_tokens,
-            "temperature": self.options.temperature,
-            "mode": self.mode_override,
-            "spec": self.options.spec,
-        }
+    def generation_settings(self) -> GenerationSettings:
+        return GenerationSettings.pick(self.options, mode=self.mode_override)
 
     # ----- switching without restarting --------------------------------------------------------
 

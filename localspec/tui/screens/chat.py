@@ -17,6 +17,7 @@ from textual.worker import get_current_worker
 
 from localspec.api import Engine
 from localspec.engine.loop import StepEvent
+from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
 from localspec.tui.messages import AnswerFinished, GenerationFailed
 from localspec.tui.screens.ask_path import AskScreen
@@ -36,7 +37,7 @@ class ChatHost(Protocol):
     engine: Engine | None
     options: Any
 
-    def generation_kwargs(self) -> dict[str, Any]: ...
+    def generation_settings(self) -> GenerationSettings: ...
 
 
 REFRESH_S = 0.25  # redraw four times a second: rendering must not slow generation
@@ -167,7 +168,7 @@ class ChatScreen(Screen[None]):
         assert app.engine is not None
         text, reason = [], "stop"
         try:
-            stream = app.engine.stream(messages, **app.generation_kwargs())
+            stream = app.engine.stream(messages, app.generation_settings())
             try:
                 for event in stream:
                     text.append(event.text)

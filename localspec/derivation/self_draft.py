@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.engine.layer_subset import subset_bytes, write_layer_subset
-from localspec.engine.quantize import FTYPES, requantize
+from localspec.derivation.gguf_info import gguf_info, read_header, truncation_problem
+from localspec.derivation.layer_subset import subset_bytes, write_layer_subset
+from localspec.derivation.quantize import FTYPES, requantize
 from localspec.errors import LocalspecError
 from localspec.fileops import built_file, intact_file, read_stamp, scratch_dir, stamped_sha256
-from localspec.gguf_info import gguf_info, read_header, truncation_problem
 from localspec.progress import byte_progress, status
 from localspec.sources import cache_dir, clean_cache
 
@@ -186,8 +186,8 @@ def _build(
         status(f"note: {arch} sets layer kinds by position ({', '.join(positional)})")
     status(f"building the draft-self model from {target.name}, layers {label(layers)} (once)")
     extra = {
-        "localspec.self_draft.layers": label(layers),
-        "localspec.self_draft.source_sha256": digest,
+        "localspec.derivation.self_draft.layers": label(layers),
+        "localspec.derivation.self_draft.source_sha256": digest,
     }
     with built_file(dest, stamp) as tmp, scratch_dir(dest) as work:
         subset = work / "subset.gguf"

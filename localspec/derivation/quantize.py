@@ -27,7 +27,7 @@ FTYPES = {
 def requantize(source: Path, dest: Path, ftype: str, pure: bool = False) -> None:
     """Write ``source`` requantized to ``ftype`` into ``dest`` (the caller makes it atomic).
     ``pure``: every tensor gets ``ftype`` (no higher-precision output head or mixes)."""
-    cmd = [sys.executable, "-m", "localspec.engine.quantize", str(source), str(dest), ftype]
+    cmd = [sys.executable, "-m", "localspec.derivation.quantize", str(source), str(dest), ftype]
     child = subprocess.Popen(
         [*cmd, *(["--pure"] if pure else [])],
         stdin=subprocess.DEVNULL,

@@ -23,8 +23,8 @@ from typing import BinaryIO
 
 from gguf import GGUFValueType
 
+from localspec.derivation.gguf_info import SCALAR_FORMATS, GGUFHeader, TensorInfo, read_header
 from localspec.fileops import CHUNK
-from localspec.gguf_info import SCALAR_FORMATS, GGUFHeader, TensorInfo, read_header
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 

@@ -1,0 +1,54 @@
+"""`localspec doctor`: the machine, its load, GPU offload, and the speculation ceiling."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+
+from rich.console import Console
+
+from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
+from localspec.hardware import machine_load
+
+
+def run(args: argparse.Namespace) -> int:
+    import llama_cpp
+    import psutil
+
+    from localspec.api import Engine
+    from localspec.hardware import threads_for
+
+    mem = psutil.virtual_memory()
+    console = Console()
+    load = machine_load()
+    args.threads = args.threads or threads_for(load)
+    console.print(
+        f"machine: {platform.machine()}, {psutil.cpu_count(logical=False)} physical / "
+        f"{psutil.cpu_count()} logical cores, threads used: {args.threads}"
+    )
+    console.print(f"memory: {mem.total / 2**30:.1f} GiB, {mem.available / 2**30:.1f} GiB free")
+    console.print(load.describe())
+    console.print(
+        f"llama-cpp-python {llama_cpp.__version__}; GPU offload "
+        f"{'available' if llama_cpp.llama_supports_gpu_offload() else 'not built in (CPU)'}"
+    )
+    args.mode, args.draft = "ngram-simple", None
+    with Engine.load(**engine_options(args)) as engine:
+        cost = engine.verify_cost()
+        console.print(f"model: {engine.target_path}")
+        console.print(
+            f"one-token step {1000 * cost.seconds[0]:.1f} ms; "
+            f"batch of {int(cost.sizes[-1])} {1000 * cost.seconds[-1]:.1f} ms"
+        )
+        console.print(
+            f"ceiling for speculation here: {cost.ceiling():.2f}x "
+            "(no drafting can beat batch/one-token throughput)"
+        )
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("doctor", help="machine, threads, GPU offload, speculation ceiling")
+    add_model_flags(p)
+    add_spec_flags(p)
+    p.set_defaults(handler=run)

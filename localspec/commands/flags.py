@@ -1,0 +1,208 @@
+"""The flag groups several commands share, and what they mean: ``Engine.load`` options and
+speculation settings from parsed flags."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from localspec import argtypes as at
+from localspec.api import Engine
+from localspec.engine.loop import SpecConfig
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="target model: a .gguf path or a catalog name (default: the catalog's)",
+    )
+    p.add_argument(
+        "-md",
+        "--model-draft",
+        dest="draft",
+        default=None,
+        help="draft model (.gguf path or catalog name) for --mode draft-model",
+    )
+    p.add_argument(
+        "--mode",
+        default=None,
+        help="none | ngram-simple | draft-model | draft-self | draft-mtp, or a chain such as "
+        "ngram-simple+draft-self (default: draft-model with -md, else ngram-simple)",
+    )
+    add_machine_flags(p)
+
+
+def add_machine_flags(p: argparse.ArgumentParser) -> None:
+    """Context, threads, GPU offload: how a model is loaded on this machine."""
+    p.add_argument(
+        "-c",
+        "--ctx-size",
+        type=at.context,
+        default=4096,
+        help="context size in tokens (0: the model's trained length)",
+    )
+    p.add_argument(
+        "-t",
+        "--threads",
+        type=at.threads,
+        default=None,
+        help="CPU threads (default: physical cores)",
+    )
+    p.add_argument(
+        "-ngl",
+        "--gpu-layers",
+        "--n-gpu-layers",
+        dest="gpu_layers",
+        type=at.gpu_layers,
+        default=None,
+        help="target layers to offload to the GPU",
+    )
+    p.add_argument(
+        "-ngld",
+        "--gpu-layers-draft",
+        "--n-gpu-layers-draft",
+        dest="gpu_layers_draft",
+        type=at.gpu_layers,
+        default=None,
+        help="draft layers to offload to the GPU",
+    )
+
+
+def add_spec_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("speculation (llama.cpp flag names)")
+    g.add_argument(
+        "--spec-draft-n-max",
+        type=at.count,
+        default=None,
+        help="most tokens drafted per round (default 16; ngram-simple: its size-m)",
+    )
+    g.add_argument(
+        "--spec-draft-n-min",
+        type=at.non_negative,
+        default=0,
+        help="drafts shorter than this are not verified (default 0)",
+    )
+    g.add_argument(
+        "--spec-draft-p-min",
+        type=at.probability,
+        default=0.0,
+        help="stop drafting when the draft's top probability is below this",
+    )
+    g.add_argument(
+        "--spec-ngram-simple-size-n",
+        type=at.count,
+        default=12,
+        help="length of the lookup n-gram (default 12)",
+    )
+    g.add_argument(
+        "--spec-ngram-simple-size-m",
+        type=at.count,
+        default=48,
+        help="length of the drafted m-gram (default 48)",
+    )
+    g.add_argument(
+        "--spec-ngram-simple-min-hits",
+        type=at.count,
+        default=1,
+        help="earlier occurrences a key needs (default 1)",
+    )
+    g.add_argument(
+        "--spec-ngram-simple-min-n",
+        type=at.count,
+        default=4,
+        help="shortest key tried when the size-n key has no match "
+        "(default 4; set it to size-n for llama.cpp's exact behaviour)",
+    )
+    g.add_argument(
+        "--spec-self-layers",
+        default=None,
+        help="draft-self: the target layers the draft keeps, e.g. 0-11, 0-5,18-23 or "
+        "skip-every=2 (default: all but the second quarter, e.g. 0-5,12-23 of 24)",
+    )
+    g.add_argument(
+        "--spec-self-quant",
+        default="auto",
+        help="draft-self: weight type of the draft, every tensor (auto: Q4_0 unless the target is "
+        "that small already; none: the target's types; Q8_0; Q4_K_M; Q4_0)",
+    )
+    g.add_argument(
+        "--no-adaptive",
+        action="store_true",
+        help="always draft n-max tokens; never pause speculation",
+    )
+
+
+def add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument(
+        "-n",
+        "--n-predict",
+        "--max-tokens",
+        dest="max_tokens",
+        type=at.count,
+        default=256,
+        help="most tokens to generate (default 256)",
+    )
+    g.add_argument(
+        "--temp",
+        dest="temperature",
+        type=at.temperature,
+        default=0.0,
+        help="temperature (0: greedy, default)",
+    )
+    g.add_argument("--top-k", type=at.non_negative, default=0, help="top-k (0: off)")
+    g.add_argument("--top-p", type=at.top_p, default=1.0, help="top-p (1: off)")
+    g.add_argument("--min-p", type=at.probability, default=0.0, help="min-p (0: off)")
+    g.add_argument("-s", "--seed", type=at.seed, default=None, help="random seed (-1: random)")
+    g.add_argument(
+        "--stop", action="append", type=at.text, default=[], help="stop string (repeatable)"
+    )
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``Engine.load`` from the shared model and spec flags."""
+    from localspec.api import resolve_mode
+    from localspec.catalog import load_catalog
+    from localspec.drafters.ngram import NgramParams
+
+    mode = resolve_mode(args.mode, args.draft is not None)
+    spec = spec_for(args, mode)
+    ngram = NgramParams(
+        args.spec_ngram_simple_size_n,
+        args.spec_ngram_simple_size_m,
+        args.spec_ngram_simple_min_hits,
+        min(args.spec_ngram_simple_min_n, args.spec_ngram_simple_size_n),
+    )
+    return dict(
+        target=args.target or load_catalog().default_model,
+        draft=args.draft,
+        mode=mode,
+        n_ctx=args.ctx_size,
+        n_threads=args.threads,
+        n_gpu_layers=args.gpu_layers,
+        n_gpu_layers_draft=args.gpu_layers_draft,
+        spec=spec,
+        ngram=ngram,
+        self_layers=args.spec_self_layers,
+        self_quant=args.spec_self_quant,
+    )
+
+
+def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
+    """The speculation settings of the flags for ``mode``. Without --spec-draft-n-max, a mode
+    that starts with the n-gram lookup drafts up to its size-m (48), a neural one 16."""
+    n_max = args.spec_draft_n_max
+    if n_max is None:
+        n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
+    return SpecConfig(
+        n_max=n_max,
+        n_min=args.spec_draft_n_min,
+        p_min=args.spec_draft_p_min,
+        adaptive=not args.no_adaptive,
+    )
+
+
+def load_engine(args: argparse.Namespace) -> Engine:
+    return Engine.load(**engine_options(args))

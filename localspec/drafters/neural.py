@@ -1,0 +1,60 @@
+"""What every neural drafter shares (draft-model, draft-self, draft-mtp): sampling settings
+processed as the target's are, the ``p_min`` cut-off, and the autoregressive drafting loop.
+Subclasses say where the next logits come from (a second model, the MTP head)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from localspec.engine.drafting import Draft
+from localspec.engine.verify import SamplingParams, sample_row
+
+
+class NeuralDrafter:
+    catch_up_per_token: float | None = None  # a drafter with a cache of its own measures it
+
+    def __init__(
+        self, sampling: SamplingParams, p_min: float = 0.0, rng: np.random.Generator | None = None
+    ) -> None:
+        self.sampling = sampling
+        self.p_min = p_min
+        self.rng = rng or np.random.default_rng(sampling.seed)
+
+    def draft_from(
+        self, row: np.ndarray, next_row: Callable[[int, int], np.ndarray], n_max: int
+    ) -> Draft:
+        """The drafting loop: choose a token from ``row``, get the next logits with
+        ``next_row(token, n_drafted)``, until ``n_max`` tokens or the top probability falls
+        below ``p_min``."""
+        tokens: list[int] = []
+        probs: list[np.ndarray] | None = None if self.sampling.greedy else []
+        while True:
+            token, q, top = choose_draft_token(row, self.sampling, self.rng, self.p_min)
+            if tokens and top < self.p_min:
+                break
+            tokens.append(token)
+            if probs is not None:
+                probs.append(q)
+            if len(tokens) >= n_max:
+                break
+            row = next_row(token, len(tokens))
+        return Draft(tokens, probs)
+
+
+def choose_draft_token(
+    row: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, p_min: float
+) -> tuple[int, np.ndarray | None, float]:
+    """A neural drafter's next token from its logits ``row``: the token, its processed
+    distribution q (sampling only; greedy drafts are one-hot) and its top probability (for
+    the ``p_min`` cut-off). q goes through the same temperature/top-k/top-p as the target's
+    p, as rejection sampling requires."""
+    if sampling.greedy:
+        token = int(row.argmax())
+        top = 1.0
+        if p_min > 0.0:
+            top = float(1.0 / np.exp(row.astype(np.float64) - row[token]).sum())
+        return token, None, top
+    token, q = sample_row(row, sampling, rng)
+    return token, q, float(q.max())

@@ -1,0 +1,37 @@
+"""One generation's settings, as one value: what ``Engine.stream`` takes, and what the CLI,
+the chat and the server each build from their own input (``GenerationSettings.pick``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from localspec.engine.loop import SpecConfig
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    max_tokens: int | None = 256
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None  # -1: a random seed (llama.cpp's convention)
+    stop: Sequence[str] = ()
+    mode: str | None = None  # None: the Engine's mode
+    spec: SpecConfig | None = None  # None: the Engine's speculation settings
+    logprobs: int | None = None  # each token's log-probability and this many alternatives
+    grammar: str | None = None  # GBNF the answer must follow
+    tools: Sequence[dict[str, Any]] | None = None  # OpenAI-style tools shown to the model
+    reproducible: bool = False  # identical requests, identical answers (see Engine.stream)
+
+    @classmethod
+    def pick(cls, source: object, **given: Any) -> GenerationSettings:
+        """The settings found on ``source`` under their own names (parsed flags, a request
+        body, the chat's options), with ``given`` values taking precedence."""
+        found = {f.name: getattr(source, f.name) for f in fields(cls) if hasattr(source, f.name)}
+        return cls(**{**found, **given})
+
+    def but(self, **changes: Any) -> GenerationSettings:
+        return replace(self, **changes)
