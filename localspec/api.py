@@ -7,7 +7,7 @@
         print(result.text, result.stats.mean_acceptance_length)
 
 Every consumer (``localspec run``, the TUI, the server, probe, bench) reads the same
-``StepEvent`` stream.
+``RoundEvent`` stream.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController
-from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.drafting import Drafter
 from localspec.engine.grammar import Grammar, GrammarState
-from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop, StepEvent
+from localspec.engine.loop import DraftControl, RoundEvent, SpecConfig, SpeculativeLoop
+from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.settings import GenerationSettings
@@ -110,8 +110,8 @@ class Engine:
 
     def __init__(
         self,
-        target: Backend,
-        draft: Backend | None,
+        target: ModelContext,
+        draft: ModelContext | None,
         mode: str,
         spec: SpecConfig,
         ngram: NgramParams,
@@ -196,9 +196,9 @@ class Engine:
         draft_path = resolve_model(draft) if draft is not None else None
         if draft_kind == "draft-mtp":
             check_nextn(target_path)
-        target_backend = Backend(
+        target_backend = ModelContext(
             target_path,
-            BackendOptions(
+            ContextOptions(
                 n_ctx,
                 n_threads,
                 n_gpu_layers,
@@ -207,17 +207,17 @@ class Engine:
             ),
             partial(progress, "target") if progress else None,
         )
-        draft_backend: Backend | None = None
+        draft_backend: ModelContext | None = None
         mtp = None
         try:
             spec.validate(target_backend.n_batch)  # a small context has a smaller batch
             if draft_kind == "draft-mtp":
                 mtp = MtpContext(target_backend)
             elif draft_path is not None:
-                draft_backend = Backend(
+                draft_backend = ModelContext(
                     draft_path,
                     # the target's context, also when -c 0 let llama.cpp choose it
-                    BackendOptions(target_backend.n_ctx, n_threads, n_gpu_layers_draft),
+                    ContextOptions(target_backend.n_ctx, n_threads, n_gpu_layers_draft),
                     partial(progress, "draft") if progress else None,
                 )
                 if draft_kind == "draft-model":
@@ -359,15 +359,15 @@ class Engine:
         system: str | None = None,
         record_margins: bool = False,
         **changes: Any,
-    ) -> Iterator[StepEvent]:
-        """Generate, yielding one ``StepEvent`` per round. ``settings`` (or keyword
+    ) -> Iterator[RoundEvent]:
+        """Generate, yielding one ``RoundEvent`` per round. ``settings`` (or keyword
         ``changes`` to them: ``max_tokens=32, temperature=0.7``...) are one
         ``GenerationSettings``. ``mode`` may switch to "none" (or to any mode the loaded
         models allow) for this call only. ``logprobs``: each token's log-probability under
         the target, with that many alternatives. ``reproducible``: the prompt is evaluated
         as in a fresh context, and the draft lengths are chosen from modelled round costs
         (``ModelledTimes``) by a fresh controller, so that identical requests batch
-        identically and get identical output (see ``Backend.evaluate``). ``grammar``: GBNF
+        identically and get identical output (see ``ModelContext.evaluate``). ``grammar``: GBNF
         text the output must follow (``schema_grammar`` makes it from a JSON schema); the
         target's distribution is masked by it, and what it forces is drafted for free.
         ``tools``: OpenAI-style function tools shown to the model through its chat template
@@ -386,7 +386,7 @@ class Engine:
         chat: bool,
         system: str | None,
         record_margins: bool,
-    ) -> Iterator[StepEvent]:
+    ) -> Iterator[RoundEvent]:
         sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
         if s.max_tokens is not None and s.max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {s.max_tokens})")
@@ -431,7 +431,7 @@ class Engine:
             times,
         )
         try:
-            yield from loop.steps()
+            yield from loop.rounds()
         finally:
             if drafter is not None:
                 drafter.close()
@@ -528,7 +528,7 @@ def validate_ngram(params: NgramParams) -> None:
         )
 
 
-def check_pair(target: Backend, draft: Backend) -> None:
+def check_pair(target: ModelContext, draft: ModelContext) -> None:
     """llama.cpp's vocabulary rules for a draft model; refuse with the failing rule."""
     problems = vocab_problems(target.vocab_view(), draft.vocab_view())
     if problems:

@@ -98,7 +98,7 @@ def test_guesses_grow_to_a_whole_draft_only_when_they_cost_next_to_nothing() -> 
 def test_full_acceptance_drafts_long_on_cpu() -> None:
     ctl = controller(48)
     lengths = drive(ctl, CPU, lambda k: k)
-    assert not ctl.paused and ctl.n_draft >= 24
+    assert not ctl.paused and ctl.draft_length >= 24
     first = [k for k in lengths if k > 0][:3]
     assert first[0] <= 4 and first[1] <= 2 * (first[0] + 1)  # it resumes short, then doubles
 
@@ -125,7 +125,7 @@ def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
     cpu, gpu = controller(16, CPU), controller(16, GPU)
     drive(cpu, CPU, geometric, 200)
     drive(gpu, GPU, geometric, 200)
-    assert gpu.n_draft > cpu.n_draft
+    assert gpu.draft_length > cpu.draft_length
 
 
 def test_fixed_length_controller_always_drafts_n_max() -> None:

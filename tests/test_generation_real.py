@@ -108,7 +108,7 @@ class CheckingControl:
     """A controller that never drafts and asks for 8-token shadow guesses (the adaptive
     controller's decisions are tested in test_adaptive.py; this checks the loop's part)."""
 
-    n_draft, paused, pauses, shadow_checks = 0, True, 0, 0
+    draft_length, paused, pauses, shadow_checks = 0, True, 0, 0
 
     def __init__(self) -> None:
         self.calls: list[tuple[float | None, int, bool, int]] = []
@@ -152,7 +152,7 @@ def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
     control, lookup = CheckingControl(), RecordingLookup()
     sampling = SamplingParams(temperature=temperature, seed=1)
     loop = SpeculativeLoop(qwen.target, prompt, lookup, sampling, SpecConfig(), 96, control=control)
-    emitted = [token for event in loop.steps() for token in event.tokens]
+    emitted = [token for event in loop.rounds() for token in event.tokens]
     answer = [*prompt, *emitted]
     rounds = 0
     for (acceptance, position, last, n_guessed), at in zip(

@@ -3,7 +3,7 @@ the only place where that is right: these tests are about layout, not generation
 
 from __future__ import annotations
 
-from localspec.engine.loop import StepEvent
+from localspec.engine.loop import RoundEvent
 from localspec.engine.stats import Stats
 from localspec.tui.app import ChatApp, ChatOptions
 from localspec.tui.messages import AnswerFinished
@@ -22,7 +22,7 @@ STATS = Stats(
     verify_ms=2300.0,
     ttft_ms=95.0,
     gen_ms=2400.0,
-    n_draft_max=8,
+    draft_length=8,
     paused=False,
     pauses=1,
 )
@@ -41,7 +41,7 @@ async def conversation(pilot) -> None:  # type: ignore[no-untyped-def]
     chat.generating = True
     chat.answer.append("def read_inventory(path: Path) -> list[Item]:\n", False)
     chat.answer.append('    items = []\n    with path.open(newline="") as f:\n', True)
-    chat.pending.append(StepEvent("    return items\n", (1, 2), (False, False), STATS))
+    chat.pending.append(RoundEvent("    return items\n", (1, 2), (False, False), STATS))
     chat.post_message(AnswerFinished("", "stop", cancelled=False))
     await pilot.pause()
     chat.stats.mode = "ngram-simple"

@@ -113,8 +113,8 @@ class ChainController:
             part.observe(0, 0, draft_s, verify_s)
 
     @property
-    def n_draft(self) -> int:
-        return max(part.n_draft for part in self.parts)
+    def draft_length(self) -> int:
+        return max(part.draft_length for part in self.parts)
 
     @property
     def paused(self) -> bool:

@@ -1,6 +1,6 @@
 """``draft-model``: a second, smaller GGUF of the same tokenizer drafts autoregressively.
 
-The draft's KV cache follows the target's accepted sequence through ``Backend.evaluate``:
+The draft's KV cache follows the target's accepted sequence through ``ModelContext.evaluate``:
 each round it reuses the longest common prefix with what it already holds (everything the
 target accepted) and decodes only the rest, so a rejection needs no separate bookkeeping.
 Drafting stops early when the draft's top probability falls below ``p_min``.
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.drafters.neural import NeuralDrafter
-from localspec.engine.backend import Backend, common_prefix_length
 from localspec.engine.drafting import Draft
+from localspec.engine.model_context import ModelContext, common_prefix_length
 from localspec.engine.verify import SamplingParams
 
 MIN_CATCH_UP_SAMPLE = 16
@@ -26,7 +26,7 @@ class DraftModelDrafter(NeuralDrafter):
 
     def __init__(
         self,
-        draft: Backend,
+        draft: ModelContext,
         sampling: SamplingParams,
         p_min: float = 0.0,
         rng: np.random.Generator | None = None,

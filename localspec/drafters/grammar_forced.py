@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.engine.backend import Backend
 from localspec.engine.drafting import Draft
 from localspec.engine.grammar import GrammarState
+from localspec.engine.model_context import ModelContext
 
 WHITESPACE = frozenset(b" \t\n\r")
 MAX_FORCED_BYTES = 256  # one walk's length (a draft is also capped in tokens)
@@ -50,7 +50,7 @@ class ByteTokens:
     """The token of each single byte the vocabulary spells on its own (byte-level BPE has all
     256; SentencePiece has byte-fallback tokens), for checking a grammar byte by byte."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: ModelContext) -> None:
         ids, values = [], []
         for value in range(128):  # the forced text of a grammar is ASCII punctuation and names
             tokens = backend.tokenize(chr(value), add_special=False, parse_special=False)
@@ -67,7 +67,7 @@ class GrammarForcedDrafter:
     name = "grammar"
     catch_up_per_token: float | None = None  # follows the context for free
 
-    def __init__(self, backend: Backend, state: GrammarState, bytes_: ByteTokens) -> None:
+    def __init__(self, backend: ModelContext, state: GrammarState, bytes_: ByteTokens) -> None:
         """``state``: the grammar state of the generation (the loop advances it; this
         drafter only reads it, through clones)."""
         self.backend = backend

@@ -91,7 +91,7 @@ class FixedLengthController:
     shadow_checks = 0
 
     def __init__(self, n_max: int) -> None:
-        self.n_max = self.n_draft = n_max
+        self.n_max = self.draft_length = n_max
 
     def start(self) -> None:
         """Nothing to learn per answer."""
@@ -123,7 +123,7 @@ class AdaptiveController:
         self._draft_seen = False
         self._guess_length = 1  # tokens per shadow guess (see shadow_length)
         self._resume = min(RESUME_LENGTH, n_max)
-        self.n_draft = self._resume
+        self.draft_length = self._resume
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
         self.paused = False
         self.start()
@@ -140,7 +140,7 @@ class AdaptiveController:
         self._accepted[:] = 0.0
         self._tried[:] = 0.0
         self._prior_tries = PRIOR_TRIES
-        self.n_draft = self._resume
+        self.draft_length = self._resume
         self.paused = True
         # re-learnt each answer (a guess or two): one slow first measurement must not
         # stop a drafter for good
@@ -162,7 +162,7 @@ class AdaptiveController:
 
     def next_draft_length(self) -> int:
         """How many tokens to draft and verify this round (0: decode plainly)."""
-        return 0 if self.paused or self.hopeless else self.n_draft
+        return 0 if self.paused or self.hopeless else self.draft_length
 
     def shadow_length(self) -> int:
         """How many tokens this plain round's shadow check guesses (0: no check): one, or
@@ -210,7 +210,7 @@ class AdaptiveController:
                 grown = 2 * (n_accepted + 1)
             else:
                 grown = n_accepted + 1 + self._resume
-            self.n_draft = min(best, max(self.n_draft, grown))
+            self.draft_length = min(best, max(self.draft_length, grown))
 
     def observe_shadow(self, check: ShadowCheck) -> None:
         """Record a shadow check, and resume speculation if the evidence says it pays (mid-
@@ -237,7 +237,7 @@ class AdaptiveController:
         if best == 0 and streak and gains[self._resume] > 1 + MARGIN:
             best = self._resume  # a short draft kept whole would pay
         if best > 0:  # resume short, and let the verified rounds grow the draft
-            self.paused, self.n_draft = False, min(best, self._resume_length(gains))
+            self.paused, self.draft_length = False, min(best, self._resume_length(gains))
         elif acceptance < STREAK_HIT:
             self._misses += 1
 

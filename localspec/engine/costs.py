@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from localspec.engine.backend import Backend
+from localspec.engine.model_context import ModelContext
 
 # Every small size, and both sides of each multiple of 4: on a CPU the cost is a staircase
 # (measured on 2 cores: 4 tokens 49 ms, 5 tokens 68 ms), which interpolating between powers
@@ -30,7 +30,7 @@ class VerifyCost:
         self._ratio = 1.0
 
     @classmethod
-    def measure(cls, backend: Backend, max_size: int) -> VerifyCost:
+    def measure(cls, backend: ModelContext, max_size: int) -> VerifyCost:
         """Time each size (after one warm-up decode) at the backend's cache end, keep the
         fastest; the cache is trimmed back afterwards. Short batches are timed twice (their
         relative noise is larger, and they decide most rounds), long ones once."""
@@ -78,7 +78,7 @@ class VerifyCost:
         return float(np.max(self.sizes * self.seconds[0] / self.seconds))
 
 
-def one_token_seconds(backend: Backend, samples: int = 5) -> float:
+def one_token_seconds(backend: ModelContext, samples: int = 5) -> float:
     """The fastest of ``samples`` one-token decodes at the cache end (the cache is trimmed
     back): the minimum is what the step costs when nothing else competes."""
     if backend.n_past + 1 > backend.n_ctx:

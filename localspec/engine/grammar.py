@@ -31,8 +31,8 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-from localspec.engine.backend import Backend
 from localspec.engine.llama_lib import recent_log
+from localspec.engine.model_context import ModelContext
 from localspec.errors import LocalspecError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -107,7 +107,7 @@ def _number(value: Any) -> bool:
 class Grammar:
     """A compiled grammar for one backend's vocabulary; ``start()`` gives a fresh state."""
 
-    def __init__(self, backend: Backend, gbnf: str, root: str = "root") -> None:
+    def __init__(self, backend: ModelContext, gbnf: str, root: str = "root") -> None:
         self.backend = backend
         self.gbnf = gbnf
         self._initial: llama_cpp.llama_sampler_p | None = None
@@ -128,7 +128,7 @@ class Grammar:
         self._all_ids = np.arange(backend.n_vocab, dtype=np.int32)
 
     @classmethod
-    def from_schema(cls, backend: Backend, schema: dict[str, Any]) -> Grammar:
+    def from_schema(cls, backend: ModelContext, schema: dict[str, Any]) -> Grammar:
         return cls(backend, schema_grammar(schema))
 
     def start(self) -> GrammarState:

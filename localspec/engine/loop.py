@@ -17,10 +17,10 @@ from typing import Protocol
 import numpy as np
 
 from localspec.engine.adaptive import FixedLengthController, ShadowCheck
-from localspec.engine.backend import Backend, BackendOptions
 from localspec.engine.costs import ModelledTimes
 from localspec.engine.drafting import Draft, Drafter
 from localspec.engine.grammar import ConstrainedRows, GrammarState
+from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.output import OutputAssembler
 from localspec.engine.shadow import ShadowRounds
 from localspec.engine.stats import Stats, StatsRecorder
@@ -46,7 +46,7 @@ class SpecConfig:
     p_min: float = 0.0
     adaptive: bool = True
 
-    def validate(self, max_batch: int = BackendOptions.n_batch) -> None:
+    def validate(self, max_batch: int = ContextOptions.n_batch) -> None:
         """``max_batch``: the target's batch size; a draft is verified in one batch together
         with the last accepted token, so it holds at most ``max_batch - 1`` tokens."""
         if self.n_max < 1:
@@ -72,7 +72,7 @@ class DraftControl(Protocol):
     """Chooses each round's draft length from what it observes (``AdaptiveController``, or
     ``ChainController`` with one controller per drafter of a chain)."""
 
-    n_draft: int
+    draft_length: int
     paused: bool
     pauses: int
     shadow_checks: int
@@ -86,7 +86,7 @@ class DraftControl(Protocol):
 
 
 @dataclass(frozen=True)
-class StepEvent:
+class RoundEvent:
     """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
     token the target accepted. ``margins`` (only when asked for) is the target's top-2 logit
     gap at each emitted token and ``runners_up`` its second-best token, for tie-aware
@@ -119,7 +119,7 @@ class SpeculativeLoop:
 
     def __init__(
         self,
-        target: Backend,
+        target: ModelContext,
         prompt: Sequence[int],
         drafter: Drafter | None,
         sampling: SamplingParams,
@@ -135,7 +135,7 @@ class SpeculativeLoop:
     ) -> None:
         """``logprobs``: report each emitted token's log-probability and that many of the
         most likely alternatives (None: none). ``reproducible``: evaluate the prompt as a
-        fresh context would, whatever the cache held (see ``Backend.evaluate``).
+        fresh context would, whatever the cache held (see ``ModelContext.evaluate``).
         ``grammar``: the state of a grammar the output must follow (see grammar.py); the
         loop advances it by every emitted token. ``times``: what the controller is told rounds
         cost, instead of what they took (a schedule that does not depend on timing)."""
@@ -166,8 +166,8 @@ class SpeculativeLoop:
 
     def _snapshot(self) -> Stats:
         c = self.control
-        n_draft = c.n_draft if self.drafter is not None else 0
-        return self.recorder.snapshot(n_draft, c.paused, c.pauses, c.shadow_checks)
+        draft_length = c.draft_length if self.drafter is not None else 0
+        return self.recorder.snapshot(draft_length, c.paused, c.pauses, c.shadow_checks)
 
     def _event(
         self,
@@ -175,9 +175,9 @@ class SpeculativeLoop:
         from_draft: list[bool],
         tops: list[tuple[float, int]],
         logprobs: list[TokenLogprob] | None = None,
-    ) -> StepEvent:
+    ) -> RoundEvent:
         self.recorder.n_tokens = len(self.output.tokens)
-        return StepEvent(
+        return RoundEvent(
             text=self.output.take_text(),
             tokens=tuple(tokens),
             from_draft=tuple(from_draft),
@@ -214,7 +214,7 @@ class SpeculativeLoop:
                 break
             self.grammar.accept(token)
 
-    def steps(self) -> Iterator[StepEvent]:
+    def rounds(self) -> Iterator[RoundEvent]:
         raw = self.target.evaluate(self.prompt, self.reproducible)
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
@@ -293,7 +293,7 @@ class SpeculativeLoop:
         n_acc, chosen = accept_sampling(draft.tokens, draft.probs, rows, self.sampling, self.rng)
         return n_acc, chosen, None
 
-    def _round(self, context: list[int], last: int) -> Iterator[StepEvent]:
+    def _round(self, context: list[int], last: int) -> Iterator[RoundEvent]:
         t0 = time.perf_counter()
         draft, shadow = self._draft(context)
         t1 = time.perf_counter()

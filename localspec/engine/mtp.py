@@ -9,7 +9,7 @@ As llama.cpp's ``draft-mtp`` driver (``common/speculative.cpp``) does it:
   token (``llama_set_embeddings_nextn(ctx, true, masked=false)``);
 * the MTP cache at position p holds the pair (h_{p-1}, x_p): after every target decode the
   new tokens are fed, each with the target's hidden state of the position before it
-  (``mirror``, a ``Backend`` listener). Feeding a position again first cuts the MTP cache
+  (``mirror``, a ``ModelContext`` listener). Feeding a position again first cuts the MTP cache
   there, which is also how a rejected draft is rolled back: no separate bookkeeping;
 * drafting runs the head autoregressively: (h_{p-1}, x_p) -> x_{p+1}; the head's own output
   state becomes the h of the next step.
@@ -40,8 +40,8 @@ import numpy as np
 
 from localspec.derivation.gguf_info import gguf_info
 from localspec.engine import nextn_ext
-from localspec.engine.backend import Backend
 from localspec.engine.llama_lib import recent_log
+from localspec.engine.model_context import ModelContext
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
 
@@ -68,7 +68,7 @@ SUPPORTED_ARCHS = (
 
 
 class MtpContext:
-    def __init__(self, target: Backend) -> None:
+    def __init__(self, target: ModelContext) -> None:
         n_nextn = llama_cpp.llama_model_n_layer_nextn(target.model)
         if n_nextn <= 0:
             raise LocalspecError(
@@ -96,7 +96,7 @@ class MtpContext:
         target.listeners.append(self.mirror)
 
     @staticmethod
-    def _new_context(target: Backend) -> llama_cpp.llama_context_p:
+    def _new_context(target: ModelContext) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = target.n_ctx
         params.n_batch = params.n_ubatch = target.n_batch

@@ -8,7 +8,7 @@ from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from localspec.engine.backend import Backend
+from localspec.engine.model_context import ModelContext
 from localspec.engine.toolcalls import describe_tools, format_for
 from localspec.errors import LocalspecError
 
@@ -39,7 +39,9 @@ def messages_from(prompt: str | Sequence[Message], system: str | None = None) ->
 
 
 def render_chat(
-    backend: Backend, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    backend: ModelContext,
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> str:
     """The text the model's chat template makes of these messages (generation prompt added).
     ``tools``: functions the model may call; a template that does not render tools gets
@@ -61,12 +63,12 @@ def render_chat(
         ) from None
 
 
-def special_text(backend: Backend, token: int) -> str:
+def special_text(backend: ModelContext, token: int) -> str:
     return backend.token_text(token) if token >= 0 else ""
 
 
 def build_prompt(
-    backend: Backend,
+    backend: ModelContext,
     prompt: str | Sequence[Message],
     chat: bool,
     system: str | None = None,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass(frozen=True)
 class Stats:
-    """A snapshot of the running statistics (carried by every StepEvent)."""
+    """A snapshot of the running statistics (carried by every RoundEvent)."""
 
     n_prompt: int = 0
     n_tokens: int = 0  # emitted tokens
@@ -29,7 +29,7 @@ class Stats:
     verify_ms: float = 0.0
     ttft_ms: float = 0.0
     gen_ms: float = 0.0  # time after the prompt was processed
-    n_draft_max: int = 0  # the adaptive controller's draft length now
+    draft_length: int = 0  # the adaptive controller's draft length now
     paused: bool = False  # the adaptive controller has paused speculation
     pauses: int = 0
     shadow_checks: int = 0  # guesses scored against the target while paused
@@ -121,7 +121,7 @@ class StatsRecorder:
             self.accepted_at[i] += 1
 
     def snapshot(
-        self, n_draft_max: int = 0, paused: bool = False, pauses: int = 0, shadow_checks: int = 0
+        self, draft_length: int = 0, paused: bool = False, pauses: int = 0, shadow_checks: int = 0
     ) -> Stats:
         now = time.perf_counter()
         prefilled = self.t_prefilled or now
@@ -139,7 +139,7 @@ class StatsRecorder:
             verify_ms=self.verify_s * 1000,
             ttft_ms=((self.t_first or now) - self.t_start) * 1000,
             gen_ms=(now - prefilled) * 1000,
-            n_draft_max=n_draft_max,
+            draft_length=draft_length,
             paused=paused,
             pauses=pauses,
             shadow_checks=shadow_checks,

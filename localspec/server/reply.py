@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localspec.engine.loop import StepEvent, TokenLogprob
+from localspec.engine.loop import RoundEvent, TokenLogprob
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolFormat
 from localspec.errors import LocalspecError
@@ -77,7 +77,7 @@ class Reply:
             "top_logprobs": [self._token(i, v) for i, v in lp[1]],
         }
 
-    def logprobs(self, event: StepEvent) -> dict[str, Any] | None:
+    def logprobs(self, event: RoundEvent) -> dict[str, Any] | None:
         """This event's tokens in the endpoint's logprobs shape (None: not asked for)."""
         if not event.logprobs:
             return None
@@ -164,7 +164,7 @@ class Reply:
             choice = {"index": 0, "text": delta, "logprobs": logprobs, "finish_reason": reason}
         return data({**self._head(), "choices": [choice], **(extras or {})})
 
-    def _deltas(self, event: StepEvent, tools: ToolCallStream | None) -> list[dict[str, Any]]:
+    def _deltas(self, event: RoundEvent, tools: ToolCallStream | None) -> list[dict[str, Any]]:
         """A chat event's deltas: its text, less what may belong to a tool call, and the
         calls it completed (at the end, whatever was held back)."""
         if tools is None:

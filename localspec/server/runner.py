@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from localspec.api import Engine
-from localspec.engine.loop import StepEvent
+from localspec.engine.loop import RoundEvent
 
 _DONE = object()
 
@@ -96,7 +96,7 @@ class GenerationStream:
     def __aiter__(self) -> GenerationStream:
         return self
 
-    async def __anext__(self) -> StepEvent:
+    async def __anext__(self) -> RoundEvent:
         try:
             item = await self._events.get()
         except BaseException:
@@ -107,7 +107,7 @@ class GenerationStream:
         if isinstance(item, BaseException):
             self.stopped.set()
             raise item
-        assert isinstance(item, StepEvent)
+        assert isinstance(item, RoundEvent)
         return item
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
 from localspec.api import Engine
-from localspec.engine.loop import StepEvent
+from localspec.engine.loop import RoundEvent
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
 from localspec.tui.messages import AnswerFinished, GenerationFailed
@@ -60,7 +60,7 @@ class ChatScreen(Screen[None]):
         self.session = ChatSession()
         self.answer: MessageView | None = None
         self.generating = False
-        self.pending: deque[StepEvent] = deque()  # filled by the generation thread
+        self.pending: deque[RoundEvent] = deque()  # filled by the generation thread
         self._window: list[tuple[float, int]] = []  # (time, n_tokens) for "tok/s now"
 
     @property
@@ -199,7 +199,7 @@ class ChatScreen(Screen[None]):
             self._window = [(t, n) for t, n in self._window if now - t <= 2.0]
             self.redraw(event)
 
-    def split_drafted(self, event: StepEvent) -> tuple[str, str]:
+    def split_drafted(self, event: RoundEvent) -> tuple[str, str]:
         """The round's text is its accepted drafted tokens followed by the target's token."""
         n_drafted = sum(event.from_draft)
         if not n_drafted or self.chat_app.engine is None:
@@ -209,7 +209,7 @@ class ChatScreen(Screen[None]):
         cut = min(len(drafted.decode("utf-8", errors="ignore")), len(event.text))
         return event.text[:cut], event.text[cut:]
 
-    def redraw(self, event: StepEvent) -> None:
+    def redraw(self, event: RoundEvent) -> None:
         if self.answer is not None:
             self.answer.flush()
             self.conversation.scroll_end(animate=False)

@@ -54,6 +54,6 @@ class StatsPanel(Static):
         busy = s.draft_ms + s.verify_ms
         share = s.draft_ms / busy if busy else 0.0
         grid.add_row("draft/verif", f"{100 * share:.0f}% / {100 * (1 - share):.0f}%")
-        grid.add_row("adaptive", f"paused ({s.pauses})" if s.paused else f"draft {s.n_draft_max}")
+        grid.add_row("adaptive", f"paused ({s.pauses})" if s.paused else f"draft {s.draft_length}")
         grid.add_row("vs plain", f"{self.speedup:.2f}x probe" if self.speedup else "unknown")
         return grid

@@ -39,7 +39,7 @@ PREFILL_CHUNK = 64  # reproducible prompt evaluation: chunks at fixed positions 
 
 
 @dataclass(frozen=True)
-class BackendOptions:
+class ContextOptions:
     n_ctx: int = 4096
     n_threads: int | None = None  # None: physical cores
     n_gpu_layers: int | None = None  # None: llama.cpp's default; 0 keeps everything on the CPU
@@ -51,19 +51,19 @@ class BackendOptions:
     load_mtp: bool = False  # load the NextN/MTP layers too (``draft-mtp``)
 
 
-class Backend:
+class ModelContext:
     """A loaded model with one context and one sequence (seq id 0)."""
 
     def __init__(
         self,
         path: Path,
-        options: BackendOptions | None = None,
+        options: ContextOptions | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> None:
         """``progress(fraction)`` is called while the weights load (for progress displays)."""
         ensure_initialised()
         self.path = path
-        self.options = options = options or BackendOptions()
+        self.options = options = options or ContextOptions()
         self.model = self._load_model(path, options, progress)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
@@ -94,7 +94,7 @@ class Backend:
 
     @staticmethod
     def _load_model(
-        path: Path, options: BackendOptions, progress: Callable[[float], None] | None
+        path: Path, options: ContextOptions, progress: Callable[[float], None] | None
     ) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
         # Kept in a local until the load returns: ctypes must not free the callback early.
@@ -119,7 +119,7 @@ class Backend:
             )
         return model
 
-    def _new_context(self, options: BackendOptions) -> llama_cpp.llama_context_p:
+    def _new_context(self, options: ContextOptions) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = options.n_ctx
         params.n_batch = params.n_ubatch = options.n_batch
