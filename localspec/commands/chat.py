@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from localspec import argtypes as at
-from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
+from localspec.commands.flags import (
+    add_length_and_temperature,
+    add_model_flags,
+    add_spec_flags,
+    engine_options,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,19 +41,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_model_flags(p)
     add_spec_flags(p)
     p.add_argument("--system", default=None, help="system message")
-    p.add_argument(
-        "--temp",
-        dest="temperature",
-        type=at.temperature,
-        default=0.0,
-        help="temperature (0: greedy)",
-    )
-    p.add_argument(
-        "-n",
-        "--n-predict",
-        dest="max_tokens",
-        type=at.count,
-        default=1024,
-        help="most tokens per answer (default 1024)",
-    )
+    add_length_and_temperature(p, 1024, "per answer")
     p.set_defaults(handler=run)

@@ -70,63 +70,57 @@ def add_machine_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+# (flag, type, default, help): llama.cpp's speculation flags, and localspec's own beside them
+SPEC_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
+    (
+        "--spec-draft-n-max",
+        at.count,
+        None,
+        "most tokens drafted per round (default 16; ngram-simple: its size-m)",
+    ),
+    (
+        "--spec-draft-n-min",
+        at.non_negative,
+        0,
+        "drafts shorter than this are not verified (default 0)",
+    ),
+    (
+        "--spec-draft-p-min",
+        at.probability,
+        0.0,
+        "stop drafting when the draft's top probability is below this",
+    ),
+    ("--spec-ngram-simple-size-n", at.count, 12, "length of the lookup n-gram (default 12)"),
+    ("--spec-ngram-simple-size-m", at.count, 48, "length of the drafted m-gram (default 48)"),
+    ("--spec-ngram-simple-min-hits", at.count, 1, "earlier occurrences a key needs (default 1)"),
+    (
+        "--spec-ngram-simple-min-n",
+        at.count,
+        4,
+        "shortest key tried when the size-n key has no match "
+        "(default 4; set it to size-n for llama.cpp's exact behaviour)",
+    ),
+    (
+        "--spec-self-layers",
+        str,
+        None,
+        "draft-self: the target layers the draft keeps, e.g. 0-11, 0-5,18-23 or "
+        "skip-every=2 (default: all but the second quarter, e.g. 0-5,12-23 of 24)",
+    ),
+    (
+        "--spec-self-quant",
+        str,
+        "auto",
+        "draft-self: weight type of the draft, every tensor (auto: Q4_0 unless the target is "
+        "that small already; none: the target's types; Q8_0; Q4_K_M; Q4_0)",
+    ),
+)
+
+
 def add_spec_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation (llama.cpp flag names)")
-    g.add_argument(
-        "--spec-draft-n-max",
-        type=at.count,
-        default=None,
-        help="most tokens drafted per round (default 16; ngram-simple: its size-m)",
-    )
-    g.add_argument(
-        "--spec-draft-n-min",
-        type=at.non_negative,
-        default=0,
-        help="drafts shorter than this are not verified (default 0)",
-    )
-    g.add_argument(
-        "--spec-draft-p-min",
-        type=at.probability,
-        default=0.0,
-        help="stop drafting when the draft's top probability is below this",
-    )
-    g.add_argument(
-        "--spec-ngram-simple-size-n",
-        type=at.count,
-        default=12,
-        help="length of the lookup n-gram (default 12)",
-    )
-    g.add_argument(
-        "--spec-ngram-simple-size-m",
-        type=at.count,
-        default=48,
-        help="length of the drafted m-gram (default 48)",
-    )
-    g.add_argument(
-        "--spec-ngram-simple-min-hits",
-        type=at.count,
-        default=1,
-        help="earlier occurrences a key needs (default 1)",
-    )
-    g.add_argument(
-        "--spec-ngram-simple-min-n",
-        type=at.count,
-        default=4,
-        help="shortest key tried when the size-n key has no match "
-        "(default 4; set it to size-n for llama.cpp's exact behaviour)",
-    )
-    g.add_argument(
-        "--spec-self-layers",
-        default=None,
-        help="draft-self: the target layers the draft keeps, e.g. 0-11, 0-5,18-23 or "
-        "skip-every=2 (default: all but the second quarter, e.g. 0-5,12-23 of 24)",
-    )
-    g.add_argument(
-        "--spec-self-quant",
-        default="auto",
-        help="draft-self: weight type of the draft, every tensor (auto: Q4_0 unless the target is "
-        "that small already; none: the target's types; Q8_0; Q4_K_M; Q4_0)",
-    )
+    for flag, kind, default, help_text in SPEC_FLAGS:
+        g.add_argument(flag, type=kind, default=default, help=help_text)
     g.add_argument(
         "--no-adaptive",
         action="store_true",
@@ -134,16 +128,17 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sampling")
+def add_length_and_temperature(
+    g: argparse._ActionsContainer, max_tokens: int, what: str = "to generate"
+) -> None:
     g.add_argument(
         "-n",
         "--n-predict",
         "--max-tokens",
         dest="max_tokens",
         type=at.count,
-        default=256,
-        help="most tokens to generate (default 256)",
+        default=max_tokens,
+        help=f"most tokens {what} (default {max_tokens})",
     )
     g.add_argument(
         "--temp",
@@ -152,6 +147,11 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="temperature (0: greedy, default)",
     )
+
+
+def add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    add_length_and_temperature(g, 256)
     g.add_argument("--top-k", type=at.non_negative, default=0, help="top-k (0: off)")
     g.add_argument("--top-p", type=at.top_p, default=1.0, help="top-p (1: off)")
     g.add_argument("--min-p", type=at.probability, default=0.0, help="min-p (0: off)")

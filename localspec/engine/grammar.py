@@ -104,13 +104,26 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class Grammar:
+class _OwnedSampler:
+    """Frees the llama.cpp sampler it holds, once."""
+
+    _sampler: llama_cpp.llama_sampler_p | None = None
+
+    def close(self) -> None:
+        if self._sampler:
+            llama_cpp.llama_sampler_free(self._sampler)
+            self._sampler = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Grammar(_OwnedSampler):
     """A compiled grammar for one backend's vocabulary; ``start()`` gives a fresh state."""
 
     def __init__(self, backend: ModelContext, gbnf: str, root: str = "root") -> None:
         self.backend = backend
         self.gbnf = gbnf
-        self._initial: llama_cpp.llama_sampler_p | None = None
         with _stderr_captured() as said:
             sampler = llama_cpp.llama_sampler_init_grammar(
                 backend.vocab, gbnf.encode(), root.encode()
@@ -122,7 +135,7 @@ class Grammar:
                 f"the grammar does not parse: {reason}",
                 "check the grammar text; see llama.cpp's grammars/README.md",
             )
-        self._initial = sampler
+        self._sampler = sampler
         self._cells = (llama_cpp.llama_token_data * backend.n_vocab)()
         self._view = np.frombuffer(self._cells, dtype=TOKEN_DATA)
         self._all_ids = np.arange(backend.n_vocab, dtype=np.int32)
@@ -132,7 +145,7 @@ class Grammar:
         return cls(backend, schema_grammar(schema))
 
     def start(self) -> GrammarState:
-        return GrammarState(self, llama_cpp.llama_sampler_clone(self._initial))
+        return GrammarState(self, llama_cpp.llama_sampler_clone(self._sampler))
 
     def allowed(self, sampler: llama_cpp.llama_sampler_p, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` the grammar allows next, as a boolean array."""
@@ -144,16 +157,8 @@ class Grammar:
         llama_cpp.llama_sampler_apply(sampler, ctypes.byref(cells))
         return np.isfinite(view["logit"])
 
-    def close(self) -> None:
-        if self._initial:
-            llama_cpp.llama_sampler_free(self._initial)
-            self._initial = None
 
-    def __del__(self) -> None:
-        self.close()
-
-
-class GrammarState:
+class GrammarState(_OwnedSampler):
     """Where the grammar stands after some tokens. ``accept`` only tokens it allows
     (llama.cpp aborts on any other)."""
 
@@ -213,14 +218,6 @@ class GrammarState:
             # a grammar that allows nothing more (not even an end) ends the generation
             return _only(row, np.flatnonzero(self.grammar.backend._eog))
         return _only(row, np.flatnonzero(ok))
-
-    def close(self) -> None:
-        if self._sampler:
-            llama_cpp.llama_sampler_free(self._sampler)
-            self._sampler = None
-
-    def __del__(self) -> None:
-        self.close()
 
 
 def _second(row: np.ndarray, first: int) -> int:
