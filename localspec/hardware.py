@@ -21,8 +21,8 @@ BUSY_CORE = 0.6  # another process using this much of a core or more takes the c
 def threads_for(load: MachineLoad) -> int:
     """The physical cores other processes leave free, at least one. llama.cpp's threads
     wait for one another at every layer, so one thread that shares its core with another
-    busy process slows them all: with a CPU hog on one of two cores, measured on
-    qwen2.5-coder-0.5b, 2 threads decode 15-17 tok/s and 1 thread 29-31 tok/s."""
+    busy process slows them all (with a CPU hog on one of two cores, one thread decodes
+    about twice as fast as two: docs/benchmarks.md)."""
     physical = default_threads()
     busy = load.others_share * physical  # in physical cores
     return max(1, physical - int(busy + 1 - BUSY_CORE))

@@ -141,8 +141,8 @@ def advice(target: GGUFInfo, draft: GGUFInfo, machine: str | None = None) -> lis
 
 def _slow_cpu_draft(draft: GGUFInfo, machine: str) -> str | None:
     """On x86, a draft mostly in types without a repacked kernel drafts slower than it
-    could: a pure Q4_0 requantization of it does (1.7x faster for Qwen2.5-Coder-0.5B, whose
-    "Q4_K_M" file is 62% Q5_0 because 896 columns are not a multiple of 256)."""
+    could: a pure Q4_0 requantization of it does (a "Q4_K_M" file can be mostly Q5_0 when
+    its rows are not a multiple of 256; figures in docs/benchmarks.md)."""
     if machine.lower() not in ("x86_64", "amd64") or not draft.matrix_types:
         return None
     if draft.matrix_share(X86_REPACKED) >= 1 - SLOW_DRAFT_SHARE:

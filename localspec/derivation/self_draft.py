@@ -75,11 +75,9 @@ def parse_layers(spec: str, n_layer: int) -> tuple[int, ...]:
 def default_layers(n_layer: int) -> tuple[int, ...]:
     """Skip the second quarter of the layers (keep 0..n/4-1 and n/2..n-1).
 
-    Measured on qwen2.5-coder-0.5b (24 layers, greedy, 4-token drafts, acceptance on the
-    code-edit / qa / code prompts): 0-5,12-23 96% / 17% / 52%; 0-4,13-23 75% / 14% / 35%;
-    0-5,14-23 66%; 0-17,23 39% / 10% / 18%; 0-11,23 (first half) 0-2%; skip-every=2 2-3%.
-    The last layers map the residual stream onto what the output head expects and cannot
-    go; the early-middle layers are the most redundant."""
+    Of the layer sets tried (docs/benchmarks.md, "Measurements behind defaults"), this one
+    drafted best: the last layers map the residual stream onto what the output head
+    expects and cannot go; the early-middle layers are the most redundant."""
     quarter = max(1, n_layer // 4)
     return tuple(i for i in range(n_layer) if not quarter <= i < 2 * quarter)
 
@@ -136,9 +134,8 @@ def draft_quant(quant: str, target_file_type: str) -> str | None:
     auto requantizes the draft to plain Q4_0 for every tensor, head included, unless the
     target is already that small. The draft only proposes, the target verifies every token,
     so the draft's precision moves acceptance, never the output; and on a CPU, where a step
-    costs what its weights weigh, speed is what a draft needs: on qwen2.5-coder-0.5b F16
-    (33.7 ms/token) the 18-layer draft costs 9.5 ms as Q4_0 and 16.9 ms as Q4_K_M (whose
-    Q6_K output head is 40% of its bytes)."""
+    costs what its weights weigh, speed is what a draft needs (a Q4_0 draft steps about
+    twice as fast as a Q4_K_M one, whose Q6_K output head weighs much: docs/benchmarks.md)."""
     if quant not in QUANTS:
         raise LocalspecError(
             f"--spec-self-quant '{quant}' is not one of {', '.join(QUANTS)}",

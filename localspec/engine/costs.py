@@ -16,8 +16,8 @@ import numpy as np
 from localspec.engine.model_context import ModelContext
 
 # Every small size, and both sides of each multiple of 4: on a CPU the cost is a staircase
-# (measured on 2 cores: 4 tokens 49 ms, 5 tokens 68 ms), which interpolating between powers
-# of two misses exactly where short drafts are decided.
+# (a step up after each multiple of 4: docs/benchmarks.md), which interpolating between
+# powers of two misses exactly where short drafts are decided.
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64)
 TIMED_TWICE_UP_TO = 17
 RATIO_DECAY = 0.9
