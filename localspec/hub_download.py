@@ -114,15 +114,20 @@ def _check_and_place(
             "run the same command again: it resumes from there",
         )
     if len(etag) == 64:  # an LFS file: its ETag is its SHA-256
-        digest = sha256_file(partial)
-        if digest != etag:
-            partial.unlink()
-            raise LocalspecError(
-                f"checksum mismatch for {label}: got {digest}, the hub says "
-                f"{etag}; the bad download was removed",
-                "run the command again",
-            )
+        check_hub_sha256(partial, etag, label, "run the command again")
     os.replace(partial, blob)
+
+
+def check_hub_sha256(path: Path, sha256: str, label: str, hint: str) -> None:
+    """The file must have the SHA-256 the hub gives; a file that does not is removed."""
+    digest = sha256_file(path)
+    if digest != sha256:
+        path.unlink()
+        raise LocalspecError(
+            f"checksum mismatch for {label}: got {digest}, the hub says {sha256}; "
+            "the bad file was removed",
+            hint,
+        )
 
 
 def _link_snapshot(snapshot: Path, blob: Path) -> None:

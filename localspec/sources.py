@@ -37,7 +37,7 @@ from localspec.fileops import (
     sha256_file,
     write_stamp,
 )
-from localspec.hub_download import resumable_hub_download
+from localspec.hub_download import check_hub_sha256, resumable_hub_download
 from localspec.progress import byte_progress, status
 
 GGUF_MAGIC = b"GGUF"
@@ -319,10 +319,9 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
     file = file or _single_gguf(repo)
     cached = try_to_load_from_cache(repo, file)
     if _hub_offline() or not _hub_resolvable():
-        if isinstance(cached, str):
-            status(f"offline: using the cached {cached}")
-            return Path(cached)
-        raise LocalspecError(
+        return _cached_instead(
+            cached,
+            "offline",
             f"cannot download {repo}/{file}: no network and not in the cache",
             "connect to the network, then run `localspec pull` again",
         )
@@ -331,15 +330,22 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
     except LocalspecError:
         raise
     except Exception as exc:
-        if isinstance(cached, str):
-            status(f"download failed ({type(exc).__name__}); using the cached {cached}")
-            return Path(cached)
-        raise LocalspecError(
+        return _cached_instead(
+            cached,
+            f"download failed ({type(exc).__name__})",
             f"cannot download {repo}/{file}: {type(exc).__name__}: {exc}",
             "check the repo id and file name (REPO:FILE)",
-        ) from None
+        )
     _check_hub_sha(repo, file, path)
     return path
+
+
+def _cached_instead(cached: object, why: str, message: str, hint: str) -> Path:
+    """The cached copy when the hub cannot give the file, said on stderr; else the error."""
+    if isinstance(cached, str):
+        status(f"{why}: using the cached {cached}")
+        return Path(cached)
+    raise LocalspecError(message, hint)
 
 
 def check_hub_ref(repo: str, file: str) -> None:
@@ -381,12 +387,5 @@ def _check_hub_sha(repo: str, file: str, path: Path) -> None:
     etag = (get_hf_file_metadata(hf_hub_url(repo, file)).etag or "").strip('"')
     if len(etag) != 64:  # not an LFS SHA-256
         return
-    digest = sha256_file(path)
-    if digest != etag:
-        path.unlink()
-        raise LocalspecError(
-            f"checksum mismatch for {repo}/{file}: got {digest}, the hub says "
-            f"{etag}; the bad file was removed",
-            "run `localspec pull` again",
-        )
+    check_hub_sha256(path, etag, f"{repo}/{file}", "run `localspec pull` again")
     stamp.write_text(etag)

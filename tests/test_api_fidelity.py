@@ -15,7 +15,7 @@ import pytest
 
 from localspec import Engine
 from localspec.server.app import ServerSettings
-from tests.test_server import REPEAT, LiveServer, post
+from tests.test_server import REPEAT, LiveServer, ask_openai, openai_client, post
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +32,11 @@ def base(engine: Engine) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def client(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai_client(base)
 
 
 def ask(client: openai.OpenAI, messages: list, **kw):  # type: ignore[no-untyped-def, type-arg]
-    return client.chat.completions.create(
-        model="local", messages=messages, **{"temperature": 0, "max_tokens": 12, **kw}
-    )
+    return ask_openai(client, messages, 12, **kw)
 
 
 def test_content_parts_and_roles(client: openai.OpenAI) -> None:

@@ -50,6 +50,20 @@ class LiveServer:
         self.thread.join(timeout=10)
 
 
+def openai_client(base: str):  # type: ignore[no-untyped-def]
+    """The official SDK against a live server, failing fast (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def ask_openai(client, messages: list, max_tokens: int, **kw):  # type: ignore[no-untyped-def, type-arg]
+    """One greedy chat completion, ``kw`` overriding."""
+    return client.chat.completions.create(
+        model="local", messages=messages, **{"temperature": 0, "max_tokens": max_tokens, **kw}
+    )
+
+
 @pytest.fixture(scope="module")
 def smollm(smollm_path: Path) -> Iterator[Engine]:
     # Adaptivity off so that draft lengths, and so the override checks, are deterministic.

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from localspec import Engine
 from localspec.server.app import ServerSettings
-from tests.test_server import LiveServer
+from tests.test_server import LiveServer, ask_openai, openai_client
 
 WEATHER = {
     "type": "function",
@@ -61,13 +61,11 @@ def base(qwen: Engine) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def client(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai_client(base)
 
 
 def chat(client: openai.OpenAI, messages: list, **kw):  # type: ignore[no-untyped-def, type-arg]
-    return client.chat.completions.create(
-        model="local", messages=messages, **{"temperature": 0, "max_tokens": 96, **kw}
-    )
+    return ask_openai(client, messages, 96, **kw)
 
 
 @pytest.mark.parametrize("choice", ["auto", "required"])

@@ -66,16 +66,21 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         assert len(app.chat.session.turns) == 4
 
 
+async def palette(pilot, entry: str) -> None:  # type: ignore[no-untyped-def]
+    """Open the command palette, type an entry, run it."""
+    await pilot.press("ctrl+p")
+    await pilot.pause(0.2)
+    await pilot.press(*entry)
+    await pilot.pause(0.5)
+    await pilot.press("enter")
+    await pilot.pause(0.3)
+
+
 async def test_mode_switch_from_the_command_palette(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=40)
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app, pilot)
-        await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
-        await pilot.press(*"Mode: none")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
-        await pilot.pause(0.2)
+        await palette(pilot, "Mode: none")
         assert app.current_mode == "none"
         assert app.chat.stats.mode == "none"  # the panel follows the app's reactive mode
         await ask(app, pilot, REPEAT)
@@ -83,12 +88,7 @@ async def test_mode_switch_from_the_command_palette(smollm_path: Path) -> None:
         app.switch_mode("ngram-simple")
         await ask(app, pilot, REPEAT)
         assert app.chat.stats.last.drafted > 0
-        await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
-        await pilot.press(*"New chat")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
-        await pilot.pause(0.3)
+        await palette(pilot, "New chat")
         assert app.chat.session.turns == []  # the palette ran the screen's own action
 
 

@@ -11,35 +11,22 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from localspec.drafters.neural import NeuralDrafter
 from localspec.engine.drafting import Draft
 from localspec.engine.model_context import ModelContext, common_prefix_length
-from localspec.engine.verify import SamplingParams
 
 MIN_CATCH_UP_SAMPLE = 16
 
 
-class DraftModelDrafter(NeuralDrafter):
+class DraftModelDrafter(NeuralDrafter[ModelContext]):
     name = "draft-model"
-
-    def __init__(
-        self,
-        draft: ModelContext,
-        sampling: SamplingParams,
-        p_min: float = 0.0,
-        rng: np.random.Generator | None = None,
-    ) -> None:
-        super().__init__(sampling, p_min, rng)
-        self.backend = draft
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Process the prompt, and measure what the draft pays per token to catch up with a
         stretch it did not follow (after a pause of the adaptive controller)."""
-        kept = min(common_prefix_length(self.backend.tokens, prompt), len(prompt) - 1)
+        kept = min(common_prefix_length(self.model.tokens, prompt), len(prompt) - 1)
         t0 = time.perf_counter()
-        self.backend.evaluate(prompt)
+        self.model.evaluate(prompt)
         processed = len(prompt) - kept
         if processed >= MIN_CATCH_UP_SAMPLE:  # a few tokens do not show the batched rate
             self.catch_up_per_token = (time.perf_counter() - t0) / processed
@@ -47,10 +34,10 @@ class DraftModelDrafter(NeuralDrafter):
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         if n_max <= 0:
             return Draft()
-        room = self.backend.n_ctx - len(context)
+        room = self.model.n_ctx - len(context)
         n_max = min(n_max, room)
-        row = self.backend.evaluate(context)
-        return self.draft_from(row, lambda token, _i: self.backend.decode([token])[0], n_max)
+        row = self.model.evaluate(context)
+        return self.draft_from(row, lambda token, _i: self.model.decode([token])[0], n_max)
 
     def accepted(self, n_accepted: int) -> None:
         """Nothing to do: the next ``propose`` re-syncs the cache with the accepted context."""

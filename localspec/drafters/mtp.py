@@ -10,40 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from localspec.drafters.neural import NeuralDrafter
 from localspec.engine.drafting import Draft
 from localspec.engine.mtp import MtpContext
-from localspec.engine.verify import SamplingParams
 
 
-class MtpDrafter(NeuralDrafter):
+class MtpDrafter(NeuralDrafter[MtpContext]):
     name = "draft-mtp"  # follows the context for free: no catch-up cost
-
-    def __init__(
-        self,
-        mtp: MtpContext,
-        sampling: SamplingParams,
-        p_min: float = 0.0,
-        rng: np.random.Generator | None = None,
-    ) -> None:
-        super().__init__(sampling, p_min, rng)
-        self.mtp = mtp
 
     def begin(self, prompt: Sequence[int]) -> None:
         """The MTP context mirrored the prompt while the target processed it."""
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         pos = len(context) - 1  # where the target's last chosen token goes
-        n_max = min(n_max, self.mtp.target.n_ctx - len(context))
-        if self.mtp.max_draft is not None:  # chained heads: one draft token per head
-            n_max = min(n_max, self.mtp.max_draft)
+        n_max = min(n_max, self.model.target.n_ctx - len(context))
+        if self.model.max_draft is not None:  # chained heads: one draft token per head
+            n_max = min(n_max, self.model.max_draft)
         if n_max <= 0:
             return Draft()
-        row = self.mtp.first_step(context[-1], pos)
+        row = self.model.first_step(context[-1], pos)
         return self.draft_from(
-            row, lambda token, n_drafted: self.mtp.next_step(token, pos + n_drafted), n_max
+            row, lambda token, n_drafted: self.model.next_step(token, pos + n_drafted), n_max
         )
 
     def accepted(self, n_accepted: int) -> None:

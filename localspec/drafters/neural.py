@@ -5,19 +5,29 @@ Subclasses say where the next logits come from (a second model, the MTP head).""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from localspec.engine.drafting import Draft
 from localspec.engine.verify import SamplingParams, sample_row
 
+Model = TypeVar("Model")
 
-class NeuralDrafter:
+
+class NeuralDrafter(Generic[Model]):
+    """``model``: what computes the draft's logits (a ModelContext, an MtpContext)."""
+
     catch_up_per_token: float | None = None  # a drafter with a cache of its own measures it
 
     def __init__(
-        self, sampling: SamplingParams, p_min: float = 0.0, rng: np.random.Generator | None = None
+        self,
+        model: Model,
+        sampling: SamplingParams,
+        p_min: float = 0.0,
+        rng: np.random.Generator | None = None,
     ) -> None:
+        self.model = model
         self.sampling = sampling
         self.p_min = p_min
         self.rng = rng or np.random.default_rng(sampling.seed)

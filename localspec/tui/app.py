@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
@@ -45,23 +45,14 @@ class ChatOptions:
     max_tokens: int = 1024
 
 
+CHAT_ONLY = ("system", "temperature", "max_tokens")  # the rest are Engine.load's arguments
+
+
 def load_engine(
     options: ChatOptions, progress: Callable[[str, float], None] | None = None
 ) -> Engine:
-    return Engine.load(
-        options.target,
-        options.draft,
-        options.mode,
-        n_ctx=options.n_ctx,
-        n_threads=options.n_threads,
-        n_gpu_layers=options.n_gpu_layers,
-        n_gpu_layers_draft=options.n_gpu_layers_draft,
-        spec=options.spec,
-        ngram=options.ngram,
-        progress=progress,
-        self_layers=options.self_layers,
-        self_quant=options.self_quant,
-    )
+    load = {f.name: getattr(options, f.name) for f in fields(options) if f.name not in CHAT_ONLY}
+    return Engine.load(**load, progress=progress)
 
 
 class SpeculationCommands(Provider):
