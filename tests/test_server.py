@@ -57,10 +57,10 @@ def openai_client(base: str):  # type: ignore[no-untyped-def]
     return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-def ask_openai(client, messages: list, max_tokens: int, **kw):  # type: ignore[no-untyped-def, type-arg]
-    """One greedy chat completion, ``kw`` overriding."""
+def ask_openai(client, messages: list, tokens: int, **kw):  # type: ignore[no-untyped-def, type-arg]
+    """One greedy chat completion of at most ``tokens`` tokens, ``kw`` overriding."""
     return client.chat.completions.create(
-        model="local", messages=messages, **{"temperature": 0, "max_tokens": max_tokens, **kw}
+        model="local", messages=messages, **{"temperature": 0, "max_tokens": tokens, **kw}
     )
 
 
