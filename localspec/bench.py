@@ -59,8 +59,46 @@ class Cell:
     def noisy(self) -> bool:
         return bool(self.noise)
 
+    @property
+    def native_ratio(self) -> float | None:
+        """localspec's tokens/s over llama.cpp's own tool's on the same cell (None: no
+        native figure)."""
+        if not self.native_tokens_per_s:
+            return None
+        return self.tokens_per_s_median / self.native_tokens_per_s
+
     def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "noise": list(self.noise), "noisy": self.noisy}
+        ratio = self.native_ratio
+        return {
+            **asdict(self),
+            "native_ratio": None if ratio is None else round(ratio, 3),
+            "noise": list(self.noise),
+            "noisy": self.noisy,
+        }
+
+
+def native_ratios(cells: Sequence[Cell]) -> dict[str, tuple[float, float, float, int]]:
+    """Per mode, against llama.cpp's own tool: (geometric mean, lowest, highest, cells)."""
+    by_mode: dict[str, list[float]] = {}
+    for c in cells:
+        if c.native_ratio is not None:
+            by_mode.setdefault(c.mode, []).append(c.native_ratio)
+    return {
+        mode: (statistics.geometric_mean(r), min(r), max(r), len(r)) for mode, r in by_mode.items()
+    }
+
+
+def native_text(c: Cell) -> str:
+    """A cell's native column: llama.cpp's tok/s and localspec's ratio to it."""
+    ratio = c.native_ratio
+    return "-" if ratio is None else f"{c.native_tokens_per_s:.1f} ({ratio:.2f}x)"
+
+
+def native_lines(cells: Sequence[Cell]) -> list[str]:
+    return [
+        f"{mode} vs llama.cpp's own: {g:.2f}x geometric mean over {n} cell(s) ({lo:.2f}-{hi:.2f})"
+        for mode, (g, lo, hi, n) in sorted(native_ratios(cells).items())
+    ]
 
 
 def run_cells(
@@ -250,11 +288,11 @@ def markdown(cells: Sequence[Cell], header: str, ceiling: float) -> str:
         header,
         "",
         "| mode | kind | T | tok/s (median) | speedup (median, min-max) | "
-        "accept | L | draft share | exact match | native tok/s |",
+        "accept | L | draft share | exact match | native tok/s (localspec/native) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in sorted(cells, key=lambda c: (c.mode, c.kind, c.temperature)):
-        native = f"{c.native_tokens_per_s:.1f}" if c.native_tokens_per_s else "-"
+        native = native_text(c)
         lines.append(
             f"| {c.mode} | {c.kind} | {c.temperature:g} | {c.tokens_per_s_median:.1f} | "
             f"{speedup_text(c, ceiling)} | "

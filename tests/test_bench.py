@@ -171,3 +171,30 @@ def test_mode_order_rotates_with_the_repeat() -> None:
         ["ngram-simple", "draft-self", "none"],
         ["draft-self", "none", "ngram-simple"],
     ]
+
+
+def test_native_ratio_per_cell_and_per_mode() -> None:
+    """localspec / llama.cpp's own tool, per cell (table, markdown, JSON) and as a geometric
+    mean per mode, so the comparison is visible wherever the native tools are built."""
+    from dataclasses import replace
+
+    from localspec.bench import Run, markdown, native_lines, native_ratios, summarise
+
+    def run(mode: str, kind: str, tps: float) -> Run:
+        return Run(mode, kind, kind, 0.0, 0, 10, 1000 * 10 / tps, tps, 4, 2, 1.5, (0.5,), 1.0, 9.0)
+
+    runs = [run("none", k, 50.0) for k in ("qa", "story")]
+    runs += [run("ngram-simple", "qa", 100.0), run("ngram-simple", "story", 60.0)]
+    native_speed = {("ngram-simple", "qa"): 80.0, ("ngram-simple", "story"): 75.0}
+    cells = [
+        replace(c, native_tokens_per_s=native_speed.get((c.mode, c.kind))) for c in summarise(runs)
+    ]
+    story = next(c for c in cells if c.mode == "ngram-simple" and c.kind == "story")
+    assert story.native_ratio == pytest.approx(0.8) and story.to_dict()["native_ratio"] == 0.8
+    mean, low, high, n = native_ratios(cells)["ngram-simple"]
+    assert mean == pytest.approx((1.25 * 0.8) ** 0.5) and (low, high, n) == (0.8, 1.25, 2)
+    assert "none" not in native_ratios(cells)
+    assert "75.0 (0.80x)" in markdown(cells, "h", 3.0)
+    assert native_lines(cells) == [
+        "ngram-simple vs llama.cpp's own: 1.00x geometric mean over 2 cell(s) (0.80-1.25)"
+    ]

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import json
 import platform
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args)
     args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
-    console = Console(stderr=True)
+    # redirected, rich would fold the table into 80 columns and cut its cells
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     machine = machine_load()
     console.print(machine.describe())
     native_error = None
@@ -167,10 +169,6 @@ def report(args, console, cells, ceiling, model, machine) -> None:  # type: igno
     ):
         table.add_column(col)
     for c in sorted(cells, key=lambda c: (c.mode, c.kind, c.temperature)):
-        native_text = "-"
-        if c.native_tokens_per_s:
-            ratio = c.tokens_per_s_median / c.native_tokens_per_s
-            native_text = f"{c.native_tokens_per_s:.1f} ({ratio:.2f}x)"
         table.add_row(
             c.mode,
             c.kind,
@@ -181,7 +179,7 @@ def report(args, console, cells, ceiling, model, machine) -> None:  # type: igno
             f"{c.mean_acceptance_length:.2f}",
             f"{100 * c.draft_share:.0f}%",
             c.exact_match or "-",
-            native_text,
+            bench.native_text(c),
         )
     console.print(table)
     console.print(f"ceiling on this machine (batch vs one-token throughput): {ceiling:.2f}x")
@@ -189,7 +187,7 @@ def report(args, console, cells, ceiling, model, machine) -> None:  # type: igno
         m
         for m in (bench.meaning(mode, cells, ceiling) for mode in sorted({c.mode for c in cells}))
         if m
-    ]
+    ] + bench.native_lines(cells)
     for line in meanings:
         console.print(f"  {line}")
     for c in cells:
@@ -209,6 +207,9 @@ def report(args, console, cells, ceiling, model, machine) -> None:  # type: igno
                     "ceiling": ceiling,
                     "machine": machine.to_dict(),
                     "cells": [c.to_dict() for c in cells],
+                    "native_ratio": {
+                        mode: round(g, 3) for mode, (g, *_) in bench.native_ratios(cells).items()
+                    },
                     "meaning": meanings,
                 },
                 indent=2,
