@@ -43,6 +43,9 @@ WORD_START = rb"(?:(?<=[\s\"'(\[{:,])|^)"
 _WORD = rb'(?:[^\s.,;:!?()\[\]{}"]|[.,;:!?](?=[^\s"]))'
 COPIED_VALUE = re.compile(_WORD + rb"*(?:\s" + _WORD + rb"+)?")
 COPY_BYTES = 128
+# how far back the value being written and the whitespace style are looked for: every
+# proposal reads it, so its cost must not grow with the answer
+RECENT_BYTES = 4096
 VALUE_ENDS = b'",}]'  # how a copied value is guessed to end, in order of preference
 
 
@@ -129,8 +132,9 @@ class GrammarForcedDrafter:
 
     def _copied_text(self) -> bytes:
         """What followed the current value's text in the prompt, the last time it appeared."""
-        starts = list(VALUE_START.finditer(self._written))
-        key = bytes(self._written[starts[-1].end() :] if starts else b"")
+        recent = bytes(self._written[-RECENT_BYTES:])  # a value is short; the answer may not be
+        starts = list(VALUE_START.finditer(recent))
+        key = recent[starts[-1].end() :] if starts else b""
         if len(key) < MIN_COPY_KEY and not key.isdigit():
             return b""
         # a value copied from the prompt starts a word there (not "mar" inside "-marine")
@@ -175,7 +179,7 @@ class GrammarForcedDrafter:
         solid = [value for value in options if value not in WHITESPACE]
         if len(solid) != 1:
             return None
-        written = bytes(self._written + drafted)
+        written = bytes(self._written[-RECENT_BYTES:] + drafted)
         stripped = written.rstrip(bytes(WHITESPACE))
         if len(stripped) < len(written):
             return None  # inside whitespace the output chose: its length is not forced
