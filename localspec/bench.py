@@ -51,7 +51,9 @@ class Cell:
     mean_acceptance_length: float
     acceptance_per_position: list[float]
     draft_share: float
-    exact_match: str | None  # at temperature 0: "identical", "near tie" or "DIVERGED"
+    # at temperature 0: "identical", "near tie" or "DIVERGED (gap g)", g the plain run's
+    # top-2 logit gap where the outputs part
+    exact_match: str | None
     native_tokens_per_s: float | None = None
     noise: tuple[str, ...] = ()  # why the cell's figure cannot be trusted (empty: it can)
 
@@ -122,7 +124,7 @@ def run_cells(
             for temp in temps:
                 for mode in order[shift:] + order[:shift]:
                     r = engine.generate(
-                        case.text,
+                        case.messages,
                         chat=True,
                         max_tokens=n_tokens,
                         temperature=temp,
@@ -213,8 +215,9 @@ def exact_match(runs: Sequence[Run], plain: dict[tuple[str, float, int], Run]) -
         if p is None:  # an interrupted bench: this repeat's plain run never came
             continue
         report = compare(p.tokens, p.margins, r.tokens, p.runners_up)
-        if not report.ok:
-            return "DIVERGED"
+        if not report.ok:  # the gap says how far from a tie (near ties are below 0.25)
+            gap = "" if report.top2_gap is None else f" (gap {report.top2_gap:.2f})"
+            return f"DIVERGED{gap}"
         if not report.identical:
             worst = "near tie"
     return worst

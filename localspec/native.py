@@ -55,9 +55,21 @@ def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float)
         str(s.n_tokens),
         "--temp",
         f"{temperature:g}",
+        # the distribution localspec's bench samples from: temperature alone (llama.cpp's
+        # defaults would truncate it to top-k 40 / top-p 0.95 / min-p 0.05, a sharper one
+        # that accepts drafted tokens more often)
+        "--top-k",
+        "0",
+        "--top-p",
+        "1",
+        "--min-p",
+        "0",
         "-t",
         str(s.threads),
         "-c",
+        str(s.n_ctx),
+        # the tool evaluates the prompt in one batch and refuses a prompt longer than it
+        "-b",
         str(s.n_ctx),
         "--seed",
         "0",
@@ -94,11 +106,19 @@ def check_tool(tool_dir: Path) -> None:
         )
 
 
+def prompt_file_text(prompt_text: str) -> str:
+    """What the -f prompt file holds so that the tool reads exactly ``prompt_text``: llama.cpp
+    drops one trailing newline from a prompt file (common/arg.cpp), and a chat prompt ends
+    with one ("<|im_start|>assistant\\n") which must arrive whole, or the tool continues
+    another prompt and writes another text than localspec's runs."""
+    return prompt_text + "\n"
+
+
 def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> float:
     """Tokens per second of the native tool on this prompt (already chat-formatted)."""
     check_tool(s.tool_dir)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write(prompt_text)
+        f.write(prompt_file_text(prompt_text))
     try:
         done = subprocess.run(
             command(s, mode, Path(f.name), temperature),

@@ -107,7 +107,7 @@ def measure(
 
     def plain_speed(case: PromptCase) -> float:
         return engine.generate(
-            case.text, mode="none", grammar=case.grammar, **gen
+            case.messages, mode="none", grammar=case.grammar, **gen
         ).stats.tokens_per_s  # type: ignore[arg-type]
 
     for case in prompts:
@@ -119,7 +119,7 @@ def measure(
             predicted = None
             while _another(pairs, max_pairs, predicted, budget):
                 r = engine.generate(
-                    case.text, mode=config.mode, spec=spec, grammar=case.grammar, **gen
+                    case.messages, mode=config.mode, spec=spec, grammar=case.grammar, **gen
                 )  # type: ignore[arg-type]
                 after = plain_speed(case)
                 pairs.append(Pair(before, r.stats.tokens_per_s, after))

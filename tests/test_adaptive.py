@@ -41,7 +41,8 @@ def drive(
     lengths = []
     shadow: tuple[int, int, int] | None = None  # tokens guessed, agreed, position checked
     for _ in range(rounds):
-        k = ctl.next_draft_length()
+        n_asked = ctl.proposal_length()  # a draft without a match's evidence, as asked
+        k = ctl.fit(Draft([0] * n_asked)) if n_asked else 0
         if k == 0 and shadow is None and (n := ctl.shadow_length()):
             shadow = (n, accept(n), 0)
         if k == 0 and shadow is not None:
@@ -131,7 +132,12 @@ def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
 def test_fixed_length_controller_always_drafts_n_max() -> None:
     ctl = FixedLengthController(8)
     drive(ctl, CPU, lambda k: 0)
-    assert ctl.next_draft_length() == 8 and not ctl.paused and not ctl.shadow_length()
+    assert (
+        ctl.proposal_length() == 8
+        and ctl.fit(Draft([1] * 8)) == 8
+        and not ctl.paused
+        and not ctl.shadow_length()
+    )
 
 
 def test_each_answer_learns_its_own_acceptance() -> None:
@@ -230,7 +236,7 @@ def test_a_chain_checks_each_paused_drafter_and_credits_the_guesser() -> None:
     parts[1].note_catch_up(0.001 * STEP)  # checks may continue after the opening
     control = ChainController(chain, parts)
     for _ in range(200):
-        assert control.next_draft_length() == 0  # both paused: nothing verified
+        assert control.proposal_length() == 0  # both paused: nothing verified
         if n := control.shadow_length():
             guess = chain.propose([1, 2, 3], n)
             control.observe(0, 0, 0.4 * STEP, STEP)
@@ -240,3 +246,45 @@ def test_a_chain_checks_each_paused_drafter_and_credits_the_guesser() -> None:
     assert parts[0].shadow_checks == 0  # the lookup never had a guess
     # the neural drafter: its two opening misses, then one check per 16 steps (2.5% budget)
     assert 2 + 198 / 16 - 2 <= parts[1].shadow_checks <= 2 + 198 / 16 + 2
+
+
+def strong(n: int) -> Draft:
+    return Draft([5] * n, match=adaptive.STRONG_MATCH)
+
+
+def seen_lookup(cost: VerifyCost = SMALL_CPU) -> AdaptiveController:
+    """A lookup's controller in an answer's opening: paused, its guesses known to be free."""
+    ctl = controller(48, cost)
+    ctl.observe_shadow(ShadowCheck(0.0, 0.0, n_guessed=8))
+    return ctl
+
+
+def test_a_strong_match_is_verified_at_once_a_weak_one_only_checked() -> None:
+    ctl = seen_lookup()
+    assert ctl.paused and ctl.proposal_length() == 48  # a lookup is asked for a whole draft
+    assert ctl.fit(Draft([5] * 48, match=4)) == 0  # a 4-token key: evidence for a check only
+    long = ctl.fit(strong(48))
+    assert long >= 8  # copied text: long at once, as llama.cpp drafts it
+    assert ctl.fit(strong(3)) == 3  # never more than the match offers
+
+
+def test_strong_drafts_that_break_off_shrink_and_leave_the_pause_alone() -> None:
+    ctl = seen_lookup()
+    first = ctl.fit(strong(48))
+    for _ in range(12):
+        k = ctl.fit(strong(48))
+        if k == 0:
+            break
+        ctl.observe(k, 1, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    assert ctl.fit(strong(48)) < min(first, 4)
+    assert ctl.paused  # judged on their own evidence: the pause still stands
+    ctl.start()  # a new answer believes strong matches again
+    assert ctl.fit(strong(48)) == first
+
+
+def test_strong_drafts_kept_whole_grow_to_the_longest() -> None:
+    ctl = seen_lookup(GPU)
+    for _ in range(10):
+        k = ctl.fit(strong(48))
+        ctl.observe(k, k, 0.0, float(GPU(np.array([k + 1]))[0]))
+    assert ctl.fit(strong(48)) == 48

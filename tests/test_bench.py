@@ -27,7 +27,7 @@ def test_tiny_bench_writes_json_markdown_and_png(capsys, tmp_path: Path, smollm_
             "--modes",
             "none,ngram-simple",
             "--prompts",
-            "code-edit,creative",
+            "code-edit,chat",  # chat: a multi-turn conversation from the suite
             "--temps",
             "0,0.7",
             "-n",
@@ -48,7 +48,7 @@ def test_tiny_bench_writes_json_markdown_and_png(capsys, tmp_path: Path, smollm_
     assert set(cells) == {
         (m, k, t)
         for m in ("none", "ngram-simple")
-        for k in ("code-edit", "creative")
+        for k in ("code-edit", "chat")
         for t in (0.0, 0.7)
     }
     for key, cell in cells.items():
@@ -86,6 +86,18 @@ def test_speedups_come_from_the_raw_timings() -> None:
     assert spec.tokens_per_s_min == 12 and spec.draft_share == pytest.approx(0.1)
 
 
+def test_a_divergence_says_how_far_from_a_tie_it_is() -> None:
+    from localspec.bench import Run, exact_match
+
+    def run(mode: str, tokens: tuple[int, ...]) -> Run:
+        return Run(mode, "p", "qa", 0.0, 0, 3, 1.0, 1.0, 0, 0, 1.0, (), 0.0, 0.0, tokens,
+                   (2.0, 0.61, 3.0), (9, 8, 7))  # fmt: skip
+
+    plain = {("p", 0.0, 0): run("none", (1, 2, 3))}
+    assert exact_match([run("ngram-simple", (1, 8, 3))], plain) == "DIVERGED (gap 0.61)"
+    assert exact_match([run("ngram-simple", (1, 2, 3))], plain) == "identical"
+
+
 def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
     s = native.NativeSettings(tmp_path, Path("/m/t.gguf"), Path("/m/d.gguf"), 64, 2, 4096, 8)
     cmd = native.command(s, "draft-model", Path("/tmp/p.txt"), 0.0)
@@ -105,6 +117,10 @@ def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
         assert part in joined
     ngram = " ".join(native.command(s, "ngram-simple", Path("/tmp/p.txt"), 0.7))
     assert "--spec-type ngram-simple" in ngram and "-md" not in ngram
+    # the distribution localspec's bench samples from: temperature alone
+    assert "--top-k 0 --top-p 1 --min-p 0" in ngram
+    # llama.cpp drops a prompt file's last newline: the chat prompt's own must survive it
+    assert native.prompt_file_text("<|im_start|>assistant\n").endswith("assistant\n\n")
     assert native.parse_speed(
         "encoded  12 tokens in 0.1 seconds\n"
         "decoded   64 tokens in    1.234 seconds, speed:   51.864 t/s"

@@ -61,3 +61,10 @@ def test_one_backward_scan_finds_what_a_plain_scan_finds() -> None:
         n, min_hits, want = (int(x) for x in rng.integers(1, [6, 3, 6]))
         expected = brute_force_last_match(history, n, min_hits, want)
         assert find_last_match(history, n, min_hits, want) == expected
+
+
+def test_a_draft_says_how_long_a_key_it_matched() -> None:
+    history = [*range(30), 100, 101, *range(30)]
+    drafter = NgramDrafter(NgramParams(size_n=12, size_m=8, min_n=2))
+    assert drafter.propose(history[:45], 8).match == 12  # 13 tokens back match: the full key
+    assert drafter.propose([*history[:45], 7, 8], 8).match == 2  # only "7 8" recurs

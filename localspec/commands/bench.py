@@ -137,7 +137,7 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
             native.run(
                 replace(settings, n_max=run_spec_for(args, cell.mode).n_max),
                 cell.mode,
-                render_chat(engine.target, [{"role": "user", "content": p.text}]),
+                render_chat(engine.target, p.messages),
                 cell.temperature,
             )
             for p in prompts

@@ -76,9 +76,14 @@ class ChainController:
         for part, drafter in zip(self.parts, self.chain.drafters, strict=True):
             part.note_catch_up(drafter.catch_up_per_token)
 
-    def next_draft_length(self) -> int:
-        self.chain.limits = [part.next_draft_length() for part in self.parts]
+    def proposal_length(self) -> int:
+        self.chain.limits = [part.proposal_length() for part in self.parts]
         return max(self.chain.limits)
+
+    def fit(self, draft: Draft) -> int:
+        """The drafter that made the draft decides how much of it is verified."""
+        source = self.chain.last_source
+        return 0 if source is None else self.parts[source].fit(draft)
 
     def shadow_length(self) -> int:
         """Shadow checks go to the drafters whose controllers want one (each with its own

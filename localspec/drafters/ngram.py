@@ -63,7 +63,7 @@ class NgramDrafter:
             start = find_last_match(history, n, self.params.min_hits, want, occurrences)
             if start is not None:
                 follow = history[start + n : start + n + want]
-                return Draft(follow.tolist())
+                return Draft(follow.tolist(), match=n)
         return Draft()
 
     def _key_lengths(self) -> range:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.engine.costs import VerifyCost
+from localspec.engine.drafting import Draft
 
 DECAY = 0.9  # weight of the past in the acceptance and cost estimates
 PRIOR_ACCEPT, PRIOR_TRIES = 1.6, 2.0  # an optimistic start (0.8) so speculation is tried
@@ -66,6 +67,12 @@ RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about o
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop drafting and checking for this answer.
 HOPELESS_BELOW = 1.05
+# A lookup draft whose key matched at least this many tokens (llama.cpp's ngram-simple key) is
+# evidence by itself: copied text, or text the answer repeats. It is verified at once, paused
+# or not, at the length its own acceptance estimates choose, which start from STRONG_PRIOR
+# per position (such drafts are mostly kept whole) and are learnt per answer.
+STRONG_MATCH = 12
+STRONG_PRIOR = 0.95
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,51 @@ class ShadowCheck:
     position: int = 0
     last: bool = True
     n_guessed: int = 1
+
+
+class AcceptanceEstimate:
+    """Per-position acceptance a_i, from exponentially decayed counts and a prior whose
+    weight decays with the evidence. ``tried[i]``: drafts that reached position i (every
+    earlier token accepted); ``accepted[i]``: how much of those it was accepted."""
+
+    def __init__(self, n_max: int, prior: float) -> None:
+        self.prior = prior
+        self.accepted = np.zeros(n_max + 1)
+        self.tried = np.zeros(n_max + 1)
+        self.prior_tries = PRIOR_TRIES
+
+    def reset(self) -> None:
+        self.accepted[:] = 0.0
+        self.tried[:] = 0.0
+        self.prior_tries = PRIOR_TRIES
+
+    def decay(self) -> None:
+        """Before a new observation: older evidence, and the prior, weigh less."""
+        self.accepted *= DECAY
+        self.tried *= DECAY
+        self.prior_tries = max(self.prior_tries * DECAY, MIN_PRIOR_TRIES)
+
+    def record_round(self, n_drafted: int, n_accepted: int) -> None:
+        """A verified draft: position i is only "tried" when every earlier one was kept."""
+        self.decay()
+        self.tried[: min(n_accepted + 1, n_drafted)] += 1
+        self.accepted[:n_accepted] += 1
+
+    def record_position(self, position: int, acceptance: float) -> None:
+        self.tried[position] += 1
+        self.accepted[position] += acceptance
+
+    def estimates(self) -> np.ndarray:
+        """a_i for positions 1..n_max (conditional on the previous ones accepted). A position
+        seldom reached borrows the estimate of the one before it (acceptance is similar from
+        one position to the next), so a draft length that keeps being fully accepted is
+        extended without waiting for evidence that could never come."""
+        estimates = np.empty(self.tried.size)
+        prior, weight = self.prior, self.prior_tries
+        for i in range(self.tried.size):
+            estimates[i] = (self.accepted[i] + weight * prior) / (self.tried[i] + weight)
+            prior = estimates[i]
+        return estimates
 
 
 class FixedLengthController:
@@ -99,8 +151,11 @@ class FixedLengthController:
     def note_catch_up(self, seconds_per_token: float | None) -> None:
         """Catching up costs nothing it would act on."""
 
-    def next_draft_length(self) -> int:
+    def proposal_length(self) -> int:
         return self.n_max
+
+    def fit(self, draft: Draft) -> int:
+        return len(draft)
 
     def shadow_length(self) -> int:
         return 0
@@ -116,8 +171,10 @@ class AdaptiveController:
     def __init__(self, n_max: int, cost: VerifyCost, n_min: int = 0) -> None:
         self.n_max, self.n_min = n_max, n_min
         self.cost = cost
-        self._accepted = np.zeros(n_max + 1)
-        self._tried = np.zeros(n_max + 1)
+        self._estimate = AcceptanceEstimate(n_max, PRIOR_ACCEPT / PRIOR_TRIES)
+        self._strong = AcceptanceEstimate(n_max, STRONG_PRIOR)  # drafts on strong matches
+        self._strong_round = False  # the round being verified was drafted on a strong match
+        self._strong_cap = n_max  # how long the next strong draft may be (see fit)
         self._draft_per_token = 0.0
         self._catch_up: float | None = None
         self._draft_seen = False
@@ -137,9 +194,9 @@ class AdaptiveController:
         self._streak = 0
         self._misses = 0  # wrong guesses and lost rounds in this answer's opening
         # acceptance is per answer: earlier answers (another kind of text) mislead
-        self._accepted[:] = 0.0
-        self._tried[:] = 0.0
-        self._prior_tries = PRIOR_TRIES
+        self._estimate.reset()
+        self._strong.reset()
+        self._strong_cap = self.n_max
         self.draft_length = self._resume
         self.paused = True
         # re-learnt each answer (a guess or two): one slow first measurement must not
@@ -161,8 +218,29 @@ class AdaptiveController:
         return self._catch_up < self._budget_s()
 
     def next_draft_length(self) -> int:
-        """How many tokens to draft and verify this round (0: decode plainly)."""
+        """How many tokens to draft and verify this round (0: decode plainly), whatever the
+        draft's own evidence."""
         return 0 if self.paused or self.hopeless else self.draft_length
+
+    def proposal_length(self) -> int:
+        """How many tokens to ask the drafter for: a drafter whose drafts cost nothing (a
+        lookup) is always asked for a whole draft, so that a strong match is seen (paused
+        or not); ``fit`` then says how much of it is verified."""
+        if not self.hopeless and self._draft_seen and self._drafts_cost_nothing():
+            return self.n_max
+        return self.next_draft_length()
+
+    def fit(self, draft: Draft) -> int:
+        """How many of the proposed tokens to verify: the chosen draft length, or, for a
+        draft on a strong match, the length the strong drafts' own estimates choose."""
+        k = self.next_draft_length()
+        self._strong_round = False
+        if draft.match >= STRONG_MATCH and not self.hopeless:
+            strong = self._best_length(acceptance=self._strong.estimates())
+            strong = min(strong, self._strong_cap)
+            if strong > k:
+                k, self._strong_round = strong, True
+        return min(k, len(draft))
 
     def shadow_length(self) -> int:
         """How many tokens this plain round's shadow check guesses (0: no check): one, or
@@ -193,8 +271,14 @@ class AdaptiveController:
         self.cost.observe(n_drafted + 1, verify_s)
         if not n_drafted:
             return  # a plain round (or a lookup that found nothing): nothing to decide
-        self._record_acceptance(n_drafted, n_accepted)
         self._record_draft_cost(n_drafted, draft_s)
+        if self._strong_round:  # judged on its own evidence: the pause state stands
+            self._strong.record_round(n_drafted, n_accepted)
+            # as verified drafts grow (see below): deep positions borrow their estimates,
+            # and a chat that re-quotes its history breaks off a dozen tokens into a match
+            self._strong_cap = max(2 * (n_accepted + 1), self._resume)
+            return
+        self._estimate.record_round(n_drafted, n_accepted)
         best = self._best_length()
         if best == 0:
             self.hopeless = self._is_hopeless(self._perfect_gains())
@@ -222,10 +306,9 @@ class AdaptiveController:
         if position == 0:
             self.shadow_checks += 1
             self._record_draft_cost(check.n_guessed, check.draft_s)
-            self._decay_evidence()
+            self._estimate.decay()
             self._size_guesses(check.n_guessed, check.draft_s)
-        self._tried[position] += 1
-        self._accepted[position] += acceptance
+        self._estimate.record_position(position, acceptance)
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
         gains = self._perfect_gains()  # what drafts kept whole would give: computed once
         self.hopeless = self._is_hopeless(gains)
@@ -261,12 +344,6 @@ class AdaptiveController:
         self._since_shadow = 0
         self._streak = 0
 
-    def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:
-        self._decay_evidence()
-        # a_i is conditional: position i is only "tried" when every earlier one was accepted.
-        self._tried[: min(n_accepted + 1, n_drafted)] += 1
-        self._accepted[:n_accepted] += 1
-
     def _record_draft_cost(self, n_drafted: int, draft_s: float) -> None:
         per_token = draft_s / n_drafted
         if not self._draft_seen:
@@ -274,23 +351,8 @@ class AdaptiveController:
         self._draft_per_token = DECAY * self._draft_per_token + (1 - DECAY) * per_token
 
     def acceptance(self) -> np.ndarray:
-        """Estimated a_i for positions 1..n_max (conditional on the previous ones accepted).
-
-        A position seldom reached borrows the estimate of the one before it (acceptance is
-        similar from one position to the next), so a draft length that keeps being fully
-        accepted is extended without waiting for evidence that could never come."""
-        estimates = np.empty(self.n_max + 1)
-        prior, weight = PRIOR_ACCEPT / PRIOR_TRIES, self._prior_tries
-        for i in range(self.n_max + 1):
-            estimates[i] = (self._accepted[i] + weight * prior) / (self._tried[i] + weight)
-            prior = estimates[i]
-        return estimates
-
-    def _decay_evidence(self) -> None:
-        """Before a new observation: older evidence, and the prior, weigh less."""
-        self._accepted *= DECAY
-        self._tried *= DECAY
-        self._prior_tries = max(self._prior_tries * DECAY, MIN_PRIOR_TRIES)
+        """Estimated a_i for positions 1..n_max (see ``AcceptanceEstimate``)."""
+        return self._estimate.estimates()
 
     def _speeds(self, acceptance: np.ndarray) -> np.ndarray:
         """Expected tokens per second for each draft length k = 0..n_max."""
@@ -317,10 +379,14 @@ class AdaptiveController:
         shortest = int(paying[0]) if paying.size else self.n_max
         return max(self._resume, shortest)
 
-    def _best_length(self, margin: float = MARGIN, depth: int = 0) -> int:
+    def _best_length(
+        self, margin: float = MARGIN, depth: int = 0, acceptance: np.ndarray | None = None
+    ) -> int:
         """The draft length with the best predicted speed (0: plain decoding), for a draft
-        that starts ``depth`` tokens into a guessed continuation."""
-        acceptance = self.acceptance()
+        that starts ``depth`` tokens into a guessed continuation (``acceptance``: other
+        estimates than this controller's own)."""
+        if acceptance is None:
+            acceptance = self.acceptance()
         acceptance = np.concatenate([acceptance[depth:], np.full(depth, acceptance[-1])])
         speed = self._speeds(acceptance)
         lengths = np.arange(max(self.n_min, 1), self.n_max + 1)

@@ -5,7 +5,7 @@ implement it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -22,13 +22,16 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     probs: list[np.ndarray] | None = None
     source: str = ""  # which drafter of a chain made it ("": the drafter itself)
+    # how many tokens of the context a lookup matched before the draft (0: not a lookup's):
+    # the evidence a draft carries before any of it is verified
+    match: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def truncated(self, n: int) -> Draft:
         probs = self.probs[:n] if self.probs is not None else None
-        return Draft(self.tokens[:n], probs, self.source)
+        return replace(self, tokens=self.tokens[:n], probs=probs)
 
 
 class Drafter(Protocol):

@@ -79,7 +79,8 @@ class DraftControl(Protocol):
 
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
-    def next_draft_length(self) -> int: ...
+    def proposal_length(self) -> int: ...
+    def fit(self, draft: Draft) -> int: ...
     def shadow_length(self) -> int: ...
     def observe_shadow(self, check: ShadowCheck) -> None: ...
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
@@ -238,9 +239,11 @@ class SpeculativeLoop:
             last = yield from self._round(context, last)
 
     def _draft_length(self) -> int:
+        """How many tokens the drafter is asked for (the controller's ``fit`` then says how
+        many of them are verified)."""
         if self.drafter is None:
             return 0
-        k = self.control.next_draft_length()
+        k = self.control.proposal_length()
         room = min(self.target.n_ctx - self.target.n_past, self.target.n_batch) - 1
         if self.max_tokens is not None:
             room = min(room, self.max_tokens - len(self.output.tokens) - 1)
@@ -267,8 +270,8 @@ class SpeculativeLoop:
         or, when there is none, what the paused drafter's shadow check guesses."""
         k = self._draft_length()
         draft = self.drafter.propose(context, k) if k > 0 and self.drafter else Draft()
-        if len(draft) > k:
-            draft = draft.truncated(k)
+        if draft.tokens:
+            draft = draft.truncated(min(k, self.control.fit(draft)))
         if self.grammar is not None and draft.tokens:
             draft = draft.truncated(self.grammar.valid_prefix(draft.tokens))
         if len(draft) < self.spec.n_min:
