@@ -28,6 +28,7 @@ from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
 from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter, NgramParams
 from localspec.drafters.self_draft import SelfDraftDrafter
+from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.drafting import Drafter
@@ -37,6 +38,7 @@ from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.settings import GenerationSettings
+from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
@@ -127,6 +129,8 @@ class Engine:
         self._draft_step: float | None = None
         self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
         self._byte_tokens: ByteTokens | None = None
+        # earlier prompts and answers, for the suffix drafter
+        self.memory = SpecMemory()
 
     def verify_cost(self, n_max: int | None = None) -> VerifyCost:
         """The target's batch-size cost curve, measured on first use (2-3 s on a 2-core CPU
@@ -288,11 +292,16 @@ class Engine:
         return ModelledTimes(cost, steps)
 
     def available_modes(self) -> list[str]:
-        """The modes ``stream(mode=...)`` accepts with what is loaded."""
-        modes = ["none", "ngram-simple"]
+        """The modes ``stream(mode=...)`` accepts with what is loaded (any other chain of
+        these parts too: see ``mode_available``)."""
+        modes = ["none", "ngram-simple", "suffix", "suffix+ngram-simple"]
         if self.draft_kind is not None:
             modes += [self.draft_kind, f"ngram-simple+{self.draft_kind}"]
         return modes
+
+    def mode_available(self, mode: str) -> bool:
+        """Whether every drafter of ``mode`` can run with what is loaded."""
+        return all(p in (*LOOKUP_MODES, "none", self.draft_kind) for p in parse_mode(mode))
 
     def _drafter(
         self,
@@ -330,6 +339,8 @@ class Engine:
         spec: SpecConfig,
         grammar: GrammarState | None = None,
     ) -> Drafter:
+        if mode == SuffixDrafter.name:
+            return SuffixDrafter(self.memory)
         if mode == "ngram-simple":
             if grammar is not None:
                 # structured answers copy values from the prompt, framed by the grammar's
@@ -391,7 +402,7 @@ class Engine:
         if s.max_tokens is not None and s.max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {s.max_tokens})")
         mode = self.mode if s.mode is None else canonical(s.mode)
-        if mode not in self.available_modes():
+        if not self.mode_available(mode):
             raise LocalspecError(
                 f"mode '{mode}' is not available with the loaded models",
                 f"use one of: {', '.join(self.available_modes())}",
@@ -433,6 +444,8 @@ class Engine:
         try:
             yield from loop.rounds()
         finally:
+            # everything written, whatever the mode: the suffix drafter's evidence
+            self.memory.add([*tokens, *loop.output.tokens])
             if drafter is not None:
                 drafter.close()
             if state is not None:

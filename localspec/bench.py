@@ -123,6 +123,7 @@ def run_cells(
         for case in prompts:
             for temp in temps:
                 for mode in order[shift:] + order[:shift]:
+                    engine.memory.clear()  # each cell is a fresh request, not a repeat
                     r = engine.generate(
                         case.messages,
                         chat=True,

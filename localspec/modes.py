@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from localspec.errors import LocalspecError
 
-LOOKUP_MODES = ("ngram-simple",)
+LOOKUP_MODES = ("ngram-simple", "suffix")
 NEURAL_MODES = ("draft-model", "draft-self", "draft-mtp")
 SINGLE_MODES = ("none", *LOOKUP_MODES, *NEURAL_MODES)
-EXAMPLES = "none, ngram-simple, draft-model, draft-self, draft-mtp, ngram-simple+draft-self"
+EXAMPLES = (
+    "none, ngram-simple, suffix, draft-model, draft-self, draft-mtp, ngram-simple+draft-self, "
+    "suffix+ngram-simple"
+)
 
 
 def parse_mode(mode: str) -> tuple[str, ...]:
@@ -27,12 +30,13 @@ def parse_mode(mode: str) -> tuple[str, ...]:
     if len(parts) == 1:
         return parts
     neural = [p for p in parts if p in NEURAL_MODES]
-    if "none" in parts or len(set(parts)) != len(parts) or len(neural) != 1 or len(parts) != 2:
+    if "none" in parts or len(set(parts)) != len(parts) or len(neural) > 1:
         raise LocalspecError(
             f"--mode '{mode}' is not a valid chain",
-            "chain one lookup mode and one neural mode, e.g. ngram-simple+draft-model",
+            "chain lookup modes (in the order given) and at most one neural mode, e.g. "
+            "ngram-simple+draft-model or suffix+ngram-simple",
         )
-    return (parts[0], parts[1]) if parts[0] in LOOKUP_MODES else (parts[1], parts[0])
+    return (*[p for p in parts if p in LOOKUP_MODES], *neural)  # a neural drafter last
 
 
 def neural_part(mode: str) -> str | None:

@@ -106,6 +106,7 @@ def measure(
     draft_step = engine.draft_step_seconds()
 
     def plain_speed(case: PromptCase) -> float:
+        engine.memory.clear()  # every run is a fresh request: none remembers another
         return engine.generate(
             case.messages, mode="none", grammar=case.grammar, **gen
         ).stats.tokens_per_s  # type: ignore[arg-type]
@@ -118,6 +119,7 @@ def measure(
             runs: list[Stats] = []
             predicted = None
             while _another(pairs, max_pairs, predicted, budget):
+                engine.memory.clear()
                 r = engine.generate(
                     case.messages, mode=config.mode, spec=spec, grammar=case.grammar, **gen
                 )  # type: ignore[arg-type]

@@ -136,7 +136,7 @@ def test_a_prompt_file_of_the_wrong_shape(capsys, tmp_path) -> None:  # type: ig
     prompts = tmp_path / "p.toml"
     prompts.write_text("prompt = [1, 2]\n")
     code, text = outcome(capsys, ["probe", MISSING, "--prompts", str(prompts)])
-    assert_refused(code, text, "prompt #1: field 'name' is missing")
+    assert_refused(code, text, "prompt #1 is not a table")
     code, text = outcome(capsys, ["run", MISSING, "-f", str(tmp_path)])
     assert_refused(code, text, "cannot read the prompt file")
 

@@ -115,7 +115,10 @@ class CheckingControl:
 
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
-    def next_draft_length(self) -> int:
+    def proposal_length(self) -> int:
+        return 0
+
+    def fit(self, draft: Draft) -> int:
         return 0
 
     def shadow_length(self) -> int:

@@ -1,0 +1,76 @@
+"""The suffix drafter's memory of earlier generations: pure lookups, bounds, and chains."""
+
+import numpy as np
+import pytest
+
+from localspec.drafters.suffix import SuffixDrafter
+from localspec.engine.spec_memory import KEY, SpecMemory, matched_backwards
+from localspec.errors import LocalspecError
+from localspec.modes import canonical, parse_mode
+
+
+def test_a_regenerated_answer_is_drafted_from_the_earlier_one() -> None:
+    memory = SpecMemory()
+    prompt, answer = list(range(100, 140)), list(range(500, 560))
+    memory.add(prompt + answer)
+    drafter = SuffixDrafter(memory)
+    draft = drafter.propose(prompt, 16)
+    assert draft.tokens == answer[:16] and draft.match == 32  # measured up to MAX_MATCH
+    assert drafter.propose([*prompt, *answer[:10]], 5).tokens == answer[10:15]
+    assert drafter.propose([1, 2, 3, 4, 5], 8).tokens == []  # nothing like it before
+
+
+def test_the_longest_match_wins_then_the_most_recent() -> None:
+    memory = SpecMemory()
+    memory.add([9, 9, 1, 2, 3, 4, 70, 71])  # a 4-token match (plus nothing before)
+    memory.add([5, 6, 7, 1, 2, 3, 4, 80, 81])  # matches 7 tokens back
+    memory.add([8, 1, 2, 3, 4, 90, 91])  # the most recent, 4 tokens
+    tokens, match = memory.lookup([5, 6, 7, 1, 2, 3, 4], 2)
+    assert (tokens, match) == ([80, 81], 7)
+    tokens, match = memory.lookup([0, 1, 2, 3, 4], 2)
+    assert (tokens, match) == ([90, 91], 4)
+
+
+def test_memory_is_bounded_oldest_first() -> None:
+    memory = SpecMemory(max_mb=0.001)  # 62 tokens
+    for i in range(10):
+        memory.add([i] * 5 + list(range(1000 * i, 1000 * i + 20)))
+    assert memory.n_tokens <= memory.max_tokens
+    assert memory.lookup([0] * 5, 3) == ([], 0)  # the first generation was evicted
+    assert memory.lookup([9] * 5, 3)[0] == [9000, 9001, 9002]
+    assert len(memory) == memory.n_tokens // 25
+
+
+def test_backward_match_counts_equal_tokens_only() -> None:
+    doc = np.array([1, 2, 3, 4, 5, 6], dtype=np.int32)
+    tail = np.array([9, 3, 4, 5][::-1], dtype=np.int32)
+    assert matched_backwards(tail, doc, 5) == 3
+    assert matched_backwards(tail[:2], doc, 5) == 2
+    assert matched_backwards(tail, doc, 1) == 0  # 1 before doc[1]... only doc[0]=1 vs 5
+
+
+def test_short_contexts_and_tiny_generations_are_ignored() -> None:
+    memory = SpecMemory()
+    memory.add([1] * KEY)  # too short to index
+    assert len(memory) == 0 and memory.lookup([1, 2], 4) == ([], 0)
+
+
+def test_suffix_chains_with_other_lookups_and_one_neural_drafter() -> None:
+    assert parse_mode("suffix+ngram-simple") == ("suffix", "ngram-simple")
+    assert parse_mode("suffix,ngram-simple,draft-model") == (
+        "suffix",
+        "ngram-simple",
+        "draft-model",
+    )
+    assert canonical("draft-model+suffix") == "suffix+draft-model"
+    with pytest.raises(LocalspecError):
+        parse_mode("suffix+draft-model+draft-self")
+    with pytest.raises(LocalspecError):
+        parse_mode("suffix+suffix")
+
+
+def test_a_cleared_memory_drafts_nothing() -> None:
+    memory = SpecMemory()
+    memory.add(list(range(40)))
+    memory.clear()
+    assert memory.lookup(list(range(20)), 4) == ([], 0) and memory.n_tokens == 0
