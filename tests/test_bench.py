@@ -12,6 +12,7 @@ import pytest
 from localspec import native
 from localspec.bench import run_cells
 from localspec.cli import main
+from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
 from localspec.prompts import PromptCase
 
@@ -174,6 +175,8 @@ def test_mode_order_rotates_with_the_repeat() -> None:
     order: list[tuple[int, str]] = []
 
     class Recorder:
+        memory = SpecMemory()
+
         def generate(self, text: str, **kwargs: object) -> SimpleNamespace:
             order.append((kwargs["seed"], kwargs["mode"]))  # type: ignore[arg-type]
             return SimpleNamespace(stats=Stats(), tokens=[], margins=[], runners_up=[])

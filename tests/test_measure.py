@@ -13,6 +13,7 @@ import pytest
 
 from localspec import measure
 from localspec.engine.costs import VerifyCost
+from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
 from localspec.measure import Budget, Pair, judge, needs_more, predicted_speedup, shown
 from localspec.probe import Measurement, rank
@@ -140,6 +141,7 @@ class BusyMachine:
 
     def __init__(self, speedups: dict[str, float], loads: Iterator[float]) -> None:
         self.speedups, self.loads = speedups, loads
+        self.memory = SpecMemory()  # what probe clears before each run
 
     def generate(self, _text: str, mode: str, **_kw: object) -> Run:
         speedup = self.speedups.get(mode, 1.0)

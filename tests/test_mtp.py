@@ -80,6 +80,8 @@ def test_agreeing_heads_draft_and_everything_is_accepted(tiny_models, arch: str)
         assert engine.available_modes() == [
             "none",
             "ngram-simple",
+            "suffix",
+            "suffix+ngram-simple",
             "draft-mtp",
             "ngram-simple+draft-mtp",
         ]
