@@ -82,7 +82,7 @@ class SpecMemory:
         best: tuple[int, np.ndarray, int] | None = None  # match length, doc, end
         for doc_id, end in reversed(occurrences[-MAX_CANDIDATES:]):
             doc = self._docs.get(doc_id)
-            if doc is None or end >= doc.size:
+            if doc is None:  # evicted; its entries go at the next rebuild
                 continue
             match = matched_backwards(tail, doc, end)
             if best is None or match > best[0]:
