@@ -42,6 +42,12 @@ from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
+from localspec.memory_bank import (
+    DEFAULT_MEMORY_MB,
+    DEFAULT_PARTITION,
+    MemoryBank,
+    default_memory_file,
+)
 from localspec.modes import LOOKUP_MODES, canonical, neural_part, parse_mode
 from localspec.pairing import vocab_problems
 from localspec.probe_results import saved_choice
@@ -66,9 +72,11 @@ class GenerationResult:
     runners_up: list[int] = field(default_factory=list)
 
 
-def resolve_mode(mode: str | None, has_draft: bool) -> str:
-    """No mode: draft-model when a draft is given, else ngram-simple. Check the combination."""
-    mode = mode or ("draft-model" if has_draft else "ngram-simple")
+def resolve_mode(mode: str | None, has_draft: bool, suffix_first: bool = False) -> str:
+    """No mode: draft-model when a draft is given, else ngram-simple (``suffix_first``: after
+    the suffix lookup, which costs nothing when it finds nothing). Check the combination."""
+    lookups = "suffix+ngram-simple" if suffix_first else "ngram-simple"
+    mode = mode or ("draft-model" if has_draft else lookups)
     if mode == "auto":
         if has_draft:
             raise LocalspecError(
@@ -107,6 +115,17 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
     return choice.mode, choice.draft, replace(spec, n_max=n_max, n_min=min(spec.n_min, n_max))
 
 
+def load_memories(
+    target: ModelContext, max_mb: float, path: str | os.PathLike[str] | None
+) -> MemoryBank:
+    """The suffix drafter's memories for this target: token ids belong to its vocabulary,
+    so a memory file names the model it was written for."""
+    if not max_mb >= 0:
+        raise LocalspecError(f"--spec-memory-mb must be >= 0 (got {max_mb})")
+    model = f"{target.path.name}|{target.n_vocab}"
+    return MemoryBank(max_mb, Path(path) if path is not None else None, model)
+
+
 class Engine:
     """A loaded target (and draft) ready to generate. Free it with ``close()`` or ``with``."""
 
@@ -119,6 +138,7 @@ class Engine:
         ngram: NgramParams,
         draft_kind: str | None = None,
         mtp: MtpContext | None = None,
+        memories: MemoryBank | None = None,
     ) -> None:
         self.target, self.draft, self.mode, self.mtp = target, draft, mode, mtp
         # what drafts: "draft-model" (a second GGUF), "draft-self" (a layer subset of the
@@ -130,7 +150,12 @@ class Engine:
         self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
         self._byte_tokens: ByteTokens | None = None
         # earlier prompts and answers, for the suffix drafter
-        self.memory = SpecMemory()
+        self.memories = memories if memories is not None else MemoryBank(DEFAULT_MEMORY_MB)
+
+    @property
+    def memory(self) -> SpecMemory:
+        """The default partition of the suffix drafter's memory (see ``MemoryBank``)."""
+        return self.memories.partition()
 
     def verify_cost(self, n_max: int | None = None) -> VerifyCost:
         """The target's batch-size cost curve, measured on first use (2-3 s on a 2-core CPU
@@ -172,11 +197,16 @@ class Engine:
         progress: Callable[[str, float], None] | None = None,
         self_layers: str | None = None,
         self_quant: str = "auto",
+        spec_memory_mb: float = DEFAULT_MEMORY_MB,
+        spec_memory_path: str | os.PathLike[str] | bool | None = None,
     ) -> Engine:
         """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
         ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1).
         ``self_layers``/``self_quant``: the layers ``draft-self`` keeps and its weight type
-        (``--spec-self-layers``, ``--spec-self-quant``)."""
+        (``--spec-self-layers``, ``--spec-self-quant``). ``spec_memory_mb``: the cap of the
+        suffix drafter's memory of earlier generations (0: none); ``spec_memory_path``: a
+        file that keeps it across runs (``--spec-memory``; True: the cache's file for this
+        target)."""
         mode = resolve_mode(mode, draft is not None)
         spec = spec or SpecConfig()
         spec.validate()
@@ -187,6 +217,13 @@ class Engine:
             n_threads = threads_now()
         if mode == "auto":
             mode, draft, spec = auto_choice(target_path, spec)
+        if spec_memory_mb == 0 and SuffixDrafter.name in parse_mode(mode):
+            raise LocalspecError(
+                f"--mode {mode} drafts from the speculation memory, which is turned off",
+                "drop --no-spec-memory, or choose a mode without suffix",
+            )
+        if spec_memory_path is True:
+            spec_memory_path = default_memory_file(target_path)
         draft_kind = neural_part(mode) if mode != "none" else None
         if self_layers is not None and draft_kind != "draft-self":
             raise LocalspecError(
@@ -226,14 +263,16 @@ class Engine:
                 )
                 if draft_kind == "draft-model":
                     check_pair(target_backend, draft_backend)
+            memories = load_memories(target_backend, spec_memory_mb, spec_memory_path)
         except BaseException:
             if draft_backend is not None:
                 draft_backend.close()
             target_backend.close()
             raise
-        return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp)
+        return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp, memories)
 
     def close(self) -> None:
+        self.memories.save()
         if self.mtp is not None:
             self.mtp.close()
         self.target.close()
@@ -294,14 +333,20 @@ class Engine:
     def available_modes(self) -> list[str]:
         """The modes ``stream(mode=...)`` accepts with what is loaded (any other chain of
         these parts too: see ``mode_available``)."""
-        modes = ["none", "ngram-simple", "suffix", "suffix+ngram-simple"]
+        modes = ["none", "ngram-simple"]
+        if self.memories.enabled:
+            modes += ["suffix", "suffix+ngram-simple"]
         if self.draft_kind is not None:
             modes += [self.draft_kind, f"ngram-simple+{self.draft_kind}"]
         return modes
 
     def mode_available(self, mode: str) -> bool:
-        """Whether every drafter of ``mode`` can run with what is loaded."""
-        return all(p in (*LOOKUP_MODES, "none", self.draft_kind) for p in parse_mode(mode))
+        """Whether every drafter of ``mode`` can run with what is loaded (the suffix
+        drafter: unless the memory is off)."""
+        usable = [*LOOKUP_MODES, "none", self.draft_kind]
+        if not self.memories.enabled:
+            usable.remove(SuffixDrafter.name)
+        return all(p in usable for p in parse_mode(mode))
 
     def _drafter(
         self,
@@ -309,13 +354,16 @@ class Engine:
         sampling: SamplingParams,
         spec: SpecConfig,
         grammar: GrammarState | None = None,
+        memory_partition: str = DEFAULT_PARTITION,
     ) -> Drafter | None:
         """The mode's drafter; under a grammar, a chain whose first link drafts what the
         grammar forces (plain decoding, mode "none", stays plain)."""
         if mode == "none":
             return None
         parts = self._parts(mode, grammar)
-        drafters = [self._single_drafter(part, sampling, spec, grammar) for part in parts]
+        drafters = [
+            self._single_drafter(part, sampling, spec, grammar, memory_partition) for part in parts
+        ]
         if len(drafters) == 1:
             return drafters[0]
         return ChainedDrafter(drafters, [self._part_spec(p, spec).n_max for p in parts])
@@ -338,9 +386,10 @@ class Engine:
         sampling: SamplingParams,
         spec: SpecConfig,
         grammar: GrammarState | None = None,
+        memory_partition: str = DEFAULT_PARTITION,
     ) -> Drafter:
         if mode == SuffixDrafter.name:
-            return SuffixDrafter(self.memory)
+            return SuffixDrafter(self.memories.partition(memory_partition))
         if mode == "ngram-simple":
             if grammar is not None:
                 # structured answers copy values from the prompt, framed by the grammar's
@@ -412,7 +461,7 @@ class Engine:
         tokens = self.tokenize_prompt(prompt, chat, system, s.tools)
         compiled = Grammar(self.target, s.grammar) if s.grammar is not None else None
         state = compiled.start() if compiled is not None else None
-        drafter = self._drafter(mode, sampling, spec, state)
+        drafter = self._drafter(mode, sampling, spec, state, s.memory_partition)
         # identical greedy requests: a schedule that depends on the tokens only
         times = self.modelled_times(spec) if s.reproducible and drafter and spec.adaptive else None
         control: DraftControl | None
@@ -445,7 +494,7 @@ class Engine:
             yield from loop.rounds()
         finally:
             # everything written, whatever the mode: the suffix drafter's evidence
-            self.memory.add([*tokens, *loop.output.tokens])
+            self.memories.remember([*tokens, *loop.output.tokens], s.memory_partition)
             if drafter is not None:
                 drafter.close()
             if state is not None:

@@ -288,3 +288,23 @@ def test_strong_drafts_kept_whole_grow_to_the_longest() -> None:
         k = ctl.fit(strong(48))
         ctl.observe(k, k, 0.0, float(GPU(np.array([k + 1]))[0]))
     assert ctl.fit(strong(48)) == 48
+
+
+def test_strong_guesses_that_the_target_follows_bring_strong_drafts_back() -> None:
+    """After strong drafts broke off, strong matches are only checked; checks the target
+    follows (text being copied again) are strong evidence, and strong drafts resume."""
+    ctl = seen_lookup()
+    for _ in range(12):
+        k = ctl.fit(strong(48))
+        if k == 0:
+            break
+        ctl.observe(k, 0, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    assert ctl.fit(strong(48)) == 0
+    weak_before = ctl.acceptance().copy()
+    for _ in range(3):  # three shadow rounds on strong guesses, followed to their end
+        for position in range(8):
+            ctl.observe(0, 0, 0.0, float(SMALL_CPU(np.array([1]))[0]))
+            check = ShadowCheck(1.0, 0.0, position, position == 7, 8, adaptive.STRONG_MATCH)
+            ctl.observe_shadow(check)
+    assert ctl.fit(strong(48)) >= 8
+    assert ctl.paused and np.array_equal(ctl.acceptance(), weak_before)  # weak estimates alone

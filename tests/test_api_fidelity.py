@@ -238,7 +238,7 @@ def test_a_whole_request_whose_client_left_is_cancelled(base: str) -> None:
 
 
 def test_web_pages_cannot_drive_the_server(engine: Engine) -> None:
-    with LiveServer(engine, ServerSettings(api_key="k")) as url:
+    with LiveServer(engine, ServerSettings(api_keys=("k",))) as url:
         key = {"Authorization": "Bearer k"}
         body = json.dumps({"prompt": "Hi", "max_tokens": 2})
         page = httpx.post(

@@ -252,7 +252,7 @@ def test_metrics(base: str) -> None:
 
 
 def test_api_key(smollm: Engine) -> None:
-    with LiveServer(smollm, ServerSettings(api_key="s3cret")) as url:
+    with LiveServer(smollm, ServerSettings(api_keys=("s3cret",))) as url:
         assert httpx.get(f"{url}/v1/models").status_code == 401
         r = post(
             url,

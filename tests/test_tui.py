@@ -43,7 +43,7 @@ async def test_answer_streams_and_stats_show_speculation(smollm_path: Path) -> N
         assert "ngram-simple" in panel
         answer = app.chat.conversation.views()[-1]
         assert answer.role == "assistant" and answer.text.strip()
-        assert any(drafted for _, drafted in answer.spans)  # accepted drafts are coloured
+        assert any(drafter for _, drafter in answer.spans)  # accepted drafts are coloured
         assert app.chat.session.turns[-1]["role"] == "assistant"
 
 

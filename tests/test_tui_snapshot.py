@@ -39,8 +39,8 @@ async def conversation(pilot) -> None:  # type: ignore[no-untyped-def]
     chat.conversation.add("user", question)
     chat.answer = chat.conversation.add("assistant")
     chat.generating = True
-    chat.answer.append("def read_inventory(path: Path) -> list[Item]:\n", False)
-    chat.answer.append('    items = []\n    with path.open(newline="") as f:\n', True)
+    chat.answer.append("def read_inventory(path: Path) -> list[Item]:\n")
+    chat.answer.append('    items = []\n    with path.open(newline="") as f:\n', "ngram-simple")
     chat.pending.append(RoundEvent("    return items\n", (1, 2), (False, False), STATS))
     chat.post_message(AnswerFinished("", "stop", cancelled=False))
     await pilot.pause()

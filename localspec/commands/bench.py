@@ -22,6 +22,9 @@ from localspec.fileops import atomic_path, check_output_path
 from localspec.hardware import machine_load
 from localspec.prompts import select_prompts
 
+CELL_MODES = "none,ngram-simple"  # --modes without --scenarios
+SCENARIO_MODES = "suffix+ngram-simple"  # with: each is also compared with none, ngram-simple
+
 
 def parse_list(text: str, flag: str, cast=str, sep: str = ",") -> list:  # type: ignore[no-untyped-def]
     try:
@@ -45,7 +48,11 @@ def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
-    modes = [canonical(m) for m in parse_list(args.modes, "--modes")]
+    if args.scenarios is not None:
+        from localspec.commands.bench_scenarios import run_scenarios
+
+        return run_scenarios(args, parse_list(args.modes or SCENARIO_MODES, "--modes", canonical))
+    modes = [canonical(m) for m in parse_list(args.modes or CELL_MODES, "--modes")]
     neural = {neural_part(m) for m in modes} - {None}
     if len(neural) > 1:
         raise LocalspecError(
@@ -233,9 +240,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_spec_flags(p)
     p.add_argument(
         "--modes",
-        default="none,ngram-simple",
-        help="comma-separated modes: none, ngram-simple, draft-model, draft-self, draft-mtp, "
-        "or chains written with + (ngram-simple+draft-self)",
+        default=None,
+        help="comma-separated modes: none, ngram-simple, suffix, draft-model, draft-self, "
+        f"draft-mtp, or chains written with + (ngram-simple+draft-self); default {CELL_MODES}, "
+        f"with --scenarios {SCENARIO_MODES} (always compared with none and ngram-simple)",
+    )
+    p.add_argument(
+        "--scenarios",
+        default=None,
+        metavar="NAMES",
+        help="run multi-request scenarios instead of prompts: regenerate, batch, docstrings, "
+        "agent (comma-separated), or all; each request's speedup over plain decoding and over "
+        "ngram-simple",
     )
     p.add_argument(
         "--prompts",

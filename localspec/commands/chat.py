@@ -6,6 +6,7 @@ import argparse
 
 from localspec.commands.flags import (
     add_length_and_temperature,
+    add_memory_flags,
     add_model_flags,
     add_spec_flags,
     engine_options,
@@ -40,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("chat", help="terminal chat showing speculation live")
     add_model_flags(p)
     add_spec_flags(p)
+    add_memory_flags(p, on_by_default=True)
     p.add_argument("--system", default=None, help="system message")
     add_length_and_temperature(p, 1024, "per answer")
     p.set_defaults(handler=run)

@@ -9,6 +9,8 @@ from typing import Any
 from localspec import argtypes as at
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
+from localspec.memory_bank import DEFAULT_MEMORY_MB
+from localspec.modes import LOOKUP_MODES
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -29,7 +31,8 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "--mode",
         default=None,
         help="none | ngram-simple | draft-model | draft-self | draft-mtp, or a chain such as "
-        "ngram-simple+draft-self (default: draft-model with -md, else ngram-simple)",
+        "ngram-simple+draft-self (default: draft-model with -md, else ngram-simple, after "
+        "the suffix lookup where the speculation memory is on)",
     )
     add_machine_flags(p)
 
@@ -128,6 +131,37 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_memory_flags(p: argparse.ArgumentParser, on_by_default: bool) -> None:
+    """The suffix drafter's memory of earlier generations. ``on_by_default``: the default
+    mode starts with the suffix lookup (serve and chat, where requests follow each other;
+    a single ``run`` has nothing to remember unless a memory file is kept)."""
+    g = p.add_argument_group("speculation memory (the suffix drafter)")
+    choice = g.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--spec-memory",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="PATH",
+        help="keep the memory of earlier prompts and answers in this file across runs "
+        "(no PATH: one file per model in the localspec cache)",
+    )
+    choice.add_argument(
+        "--no-spec-memory",
+        action="store_true",
+        help="remember nothing: no suffix drafting"
+        + (" (default mode: ngram-simple)" if on_by_default else ""),
+    )
+    g.add_argument(
+        "--spec-memory-mb",
+        type=at.megabytes,
+        default=DEFAULT_MEMORY_MB,
+        help=f"memory cap in MB, oldest generations evicted first (default {DEFAULT_MEMORY_MB:g}"
+        "; per API key in serve)",
+    )
+    p.set_defaults(memory_by_default=on_by_default)
+
+
 def add_length_and_temperature(
     g: argparse._ActionsContainer, max_tokens: int, what: str = "to generate"
 ) -> None:
@@ -167,7 +201,10 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     from localspec.catalog import load_catalog
     from localspec.drafters.ngram import NgramParams
 
-    mode = resolve_mode(args.mode, args.draft is not None)
+    forget = getattr(args, "no_spec_memory", False)
+    memory_file = getattr(args, "spec_memory", None)
+    suffix_first = not forget and (getattr(args, "memory_by_default", False) or bool(memory_file))
+    mode = resolve_mode(args.mode, args.draft is not None, suffix_first)
     spec = spec_for(args, mode)
     ngram = NgramParams(
         args.spec_ngram_simple_size_n,
@@ -187,15 +224,18 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         ngram=ngram,
         self_layers=args.spec_self_layers,
         self_quant=args.spec_self_quant,
+        spec_memory_mb=0.0 if forget else getattr(args, "spec_memory_mb", DEFAULT_MEMORY_MB),
+        spec_memory_path=memory_file,
     )
 
 
 def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
     """The speculation settings of the flags for ``mode``. Without --spec-draft-n-max, a mode
-    that starts with the n-gram lookup drafts up to its size-m (48), a neural one 16."""
+    that starts with a lookup drafts up to the n-gram size-m (48), a neural one 16."""
     n_max = args.spec_draft_n_max
     if n_max is None:
-        n_max = args.spec_ngram_simple_size_m if mode.startswith("ngram-simple") else 16
+        lookup_first = mode.startswith(LOOKUP_MODES)
+        n_max = args.spec_ngram_simple_size_m if lookup_first else 16
     return SpecConfig(
         n_max=n_max,
         n_min=args.spec_draft_n_min,

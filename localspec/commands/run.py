@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from localspec.commands.flags import (
+    add_memory_flags,
     add_model_flags,
     add_sampling_flags,
     add_spec_flags,
@@ -191,6 +192,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     add_sampling_flags(p)
     add_spec_flags(p)
+    add_memory_flags(p, on_by_default=False)
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.add_argument(
         "--compare",

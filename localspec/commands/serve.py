@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from localspec import argtypes as at
-from localspec.commands.flags import add_model_flags, add_spec_flags, load_engine
+from localspec.commands.flags import add_memory_flags, add_model_flags, add_spec_flags, load_engine
 from localspec.errors import LocalspecError
 from localspec.server.guard import is_loopback_host
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     listening = bind_socket(args.host, args.port)
     loopback = is_loopback_host(args.host)
-    if not loopback and not args.api_key:
+    if not loopback and not args.api_keys:
         print(
             f"localspec: warning: listening on {args.host} without --api-key: anyone who "
             "can reach this port can use the model",
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     with listening, load_engine(args) as engine:
         settings = ServerSettings(
-            api_key=args.api_key,
+            api_keys=tuple(args.api_keys or ()),
             max_queue=args.max_queue,
             allowed_origins=args.allowed_origins,
             loopback_hosts_only=loopback,
@@ -91,10 +91,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
     add_model_flags(p)
     add_spec_flags(p)
+    add_memory_flags(p, on_by_default=True)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     p.add_argument("--port", type=at.port, default=8080, help="port (default 8080; 0: any free)")
     p.add_argument(
-        "--api-key", default=None, help="require Authorization: Bearer KEY (also for /metrics)"
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        type=at.text,
+        default=None,
+        help="require Authorization: Bearer KEY (also for /metrics); repeat it for several "
+        "users: each key has its own speculation memory",
     )
     p.add_argument(
         "--allowed-origins",

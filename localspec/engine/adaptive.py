@@ -80,13 +80,15 @@ class ShadowCheck:
     """How one shadow check fared. ``acceptance``: the probability that the guessed token
     would have been accepted (None: the drafter had no guess). ``position`` in the shadow
     round (0 opens it: ``draft_s`` is the time the ``n_guessed`` tokens took); ``last``: the
-    round ends here (the target chose another token, or the guess is used up)."""
+    round ends here (the target chose another token, or the guess is used up); ``match``:
+    the lookup key length the guess was drafted on (``Draft.match``)."""
 
     acceptance: float | None
     draft_s: float = 0.0
     position: int = 0
     last: bool = True
     n_guessed: int = 1
+    match: int = 0
 
 
 class AcceptanceEstimate:
@@ -303,6 +305,9 @@ class AdaptiveController:
         acceptance, position = check.acceptance, check.position
         if acceptance is None:
             return
+        if check.match >= STRONG_MATCH:
+            self._observe_strong_shadow(check)
+            return
         if position == 0:
             self.shadow_checks += 1
             self._record_draft_cost(check.n_guessed, check.draft_s)
@@ -323,6 +328,20 @@ class AdaptiveController:
             self.paused, self.draft_length = False, min(best, self._resume_length(gains))
         elif acceptance < STREAK_HIT:
             self._misses += 1
+
+    def _observe_strong_shadow(self, check: ShadowCheck) -> None:
+        """A guess on a strong match that ``fit`` did not verify (its estimates said no):
+        it is evidence about strong drafts, and only about them. Learnt here, a failed
+        strong draft does not silence strong matches for the rest of the answer; it does
+        not resume the weak matches' drafting (``fit`` verifies strong drafts by itself)."""
+        assert check.acceptance is not None
+        if check.position == 0:
+            self.shadow_checks += 1
+            self._record_draft_cost(check.n_guessed, check.draft_s)
+            self._strong.decay()
+        self._strong.record_position(check.position, check.acceptance)
+        if check.acceptance >= STREAK_HIT:  # as a verified strong draft kept this far
+            self._strong_cap = max(self._strong_cap, 2 * (check.position + 1))
 
     def _budget_s(self) -> float:
         """SHADOW_BUDGET of a one-token target step, in seconds (0 without a cost curve)."""

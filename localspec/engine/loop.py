@@ -102,6 +102,7 @@ class RoundEvent:
     runners_up: tuple[int, ...] = ()
     # only when asked for: each token's log-probability and the most likely alternatives
     logprobs: tuple[TokenLogprob, ...] = ()
+    drafted_by: str = ""  # the drafter whose tokens ``from_draft`` marks (a chain's member)
 
 
 def top2(row: np.ndarray) -> tuple[float, int]:
@@ -176,6 +177,7 @@ class SpeculativeLoop:
         from_draft: list[bool],
         tops: list[tuple[float, int]],
         logprobs: list[TokenLogprob] | None = None,
+        drafted_by: str = "",
     ) -> RoundEvent:
         self.recorder.n_tokens = len(self.output.tokens)
         return RoundEvent(
@@ -187,6 +189,7 @@ class SpeculativeLoop:
             margins=tuple(gap for gap, _ in tops),
             runners_up=tuple(token for _, token in tops),
             logprobs=tuple(logprobs or ())[: len(tokens)],
+            drafted_by=drafted_by if any(from_draft) else "",
         )
 
     def _logprobs(self, rows: np.ndarray, tokens: Sequence[int]) -> list[TokenLogprob]:
@@ -329,5 +332,5 @@ class SpeculativeLoop:
         source = draft.source or (self.drafter.name if self.drafter else "")
         self.recorder.record_round(len(draft), sum(from_draft), source)
         context.extend(new)
-        yield self._event(tokens, from_draft, margins[: len(tokens)], logprobs)
+        yield self._event(tokens, from_draft, margins[: len(tokens)], logprobs, source)
         return chosen

@@ -25,6 +25,7 @@ class GenerationSettings:
     grammar: str | None = None  # GBNF the answer must follow
     tools: Sequence[dict[str, Any]] | None = None  # OpenAI-style tools shown to the model
     reproducible: bool = False  # identical requests, identical answers (see Engine.stream)
+    memory_partition: str = ""  # whose earlier generations the suffix drafter draws on
 
     @classmethod
     def pick(cls, source: object, **given: Any) -> GenerationSettings:

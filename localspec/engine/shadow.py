@@ -68,7 +68,8 @@ class ShadowRounds:
             return
         chance = acceptance_chance(guess, position, p, chosen)
         follow = guess.tokens[position] == chosen and position + 1 < len(guess)
-        self.control.observe_shadow(ShadowCheck(chance, draft_s, position, not follow, len(guess)))
+        check = ShadowCheck(chance, draft_s, position, not follow, len(guess), guess.match)
+        self.control.observe_shadow(check)
         if follow:
             self._following = (guess, position + 1)
 

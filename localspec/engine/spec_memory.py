@@ -3,15 +3,17 @@ earlier requests to the same target, for the suffix drafter (``drafters/suffix.p
 
 Much of what a local model writes repeats text that is not in the current context: a
 regenerated answer, the JSON skeleton of the 40th record of a batch, the file an agent
-re-emits in a new request. The memory indexes every earlier generation by its KEY-token
-n-grams; a lookup takes the context's last KEY tokens, looks at the most recent places they
-occurred, measures how far back each match goes (up to MAX_MATCH tokens, vectorised: the cost
-is O(candidates x match), whatever the history's size) and proposes what followed the longest
-match (the most recent among equals).
+re-emits in a new request. The memory keeps every earlier generation in one token array
+(generations apart by a separator no context holds) and indexes it by a hash of each KEY-token
+n-gram, in sorted numpy segments merged as they grow (as a log-structured merge tree: a few
+segments, each searched by bisection). A lookup hashes the context's last KEY tokens, takes
+the most recent places they occurred, measures how far back each match goes (up to MAX_MATCH
+tokens, vectorised: the cost is O(segments + candidates x match), whatever the history's size)
+and proposes what followed the longest match (the most recent among equals).
 
-Bounded: at most ``max_tokens`` tokens are kept (int32: 4 bytes each, plus the index), the
-oldest generations evicted first; the index forgets them lazily and is rebuilt when the
-forgotten entries outnumber the live ones.
+Bounded: at most ``max_tokens`` tokens are kept (BYTES_PER_TOKEN each: the token, its hash
+and its position), the oldest generations evicted first, in batches (the index is rebuilt
+then, which a cap reached once in a while amortises).
 """
 
 from __future__ import annotations
@@ -24,80 +26,140 @@ import numpy as np
 KEY = 4  # tokens a lookup must match to find candidates at all
 MAX_MATCH = 32  # how far back a match is measured
 MAX_CANDIDATES = 16  # most recent occurrences of the key examined per lookup
-BYTES_PER_TOKEN = 16  # the token (4) and its index entry, roughly: what the MB cap counts
+BYTES_PER_TOKEN = 16  # the token (4), its n-gram hash (8) and position (4): what the cap counts
+EVICT_TO = 0.9  # over the cap, the oldest generations go until this share of it is left
+SEPARATOR = -1  # between generations: no context holds it, so no match crosses it
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) for the n-gram hash
+
+
+def ngram_hashes(tokens: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each KEY-token window (windows ending before the last token: a
+    position is indexed only if a token follows it). Collisions only cost a candidate that
+    the backward match then measures at less than KEY."""
+    t = tokens.astype(np.uint64)
+    n = t.size - KEY
+    h = np.zeros(max(n, 0), dtype=np.uint64)
+    for i in range(KEY):
+        h = (h ^ t[i : i + n]) * _MIX
+    return h
 
 
 class SpecMemory:
     def __init__(self, max_mb: float = 50.0) -> None:
         self.max_tokens = max(int(max_mb * 1e6 / BYTES_PER_TOKEN), 0)
-        self._docs: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._index: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-        self._next_id = 0
-        self.n_tokens = 0
-        self._dead_entries = 0
+        self.clear()
 
     def __len__(self) -> int:
         return len(self._docs)
 
     def clear(self) -> None:
         """Forget everything (a benchmark of single fresh requests starts each run so)."""
-        self._docs.clear()
-        self._index, self._dead_entries, self.n_tokens = {}, 0, 0
+        self._docs: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._next_id = 0
+        self.n_tokens = 0
+        self._arena = np.zeros(0, dtype=np.int32)  # every generation, separator after each
+        self._used = 0
+        # sorted (hashes, end positions) pairs, largest first; an end position is where the
+        # token that followed the n-gram sits in the arena
+        self._segments: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def documents(self) -> list[np.ndarray]:
+        """The remembered generations, oldest first (what a memory file keeps)."""
+        return list(self._docs.values())
 
     def add(self, tokens: Sequence[int]) -> None:
         """Remember one generation (its prompt and its answer, as one token sequence)."""
         if len(tokens) <= KEY or len(tokens) > self.max_tokens:
             return
         doc = np.asarray(tokens, dtype=np.int32)
-        doc_id, self._next_id = self._next_id, self._next_id + 1
-        self._docs[doc_id] = doc
+        self._docs[self._next_id] = doc
+        self._next_id += 1
         self.n_tokens += doc.size
-        self._index_doc(doc_id, doc)
-        while self.n_tokens > self.max_tokens:
-            _, old = self._docs.popitem(last=False)
-            self.n_tokens -= old.size
-            self._dead_entries += old.size - KEY
-        if self._dead_entries > self.n_tokens:
+        if self.n_tokens > self.max_tokens:
+            while self.n_tokens > EVICT_TO * self.max_tokens:
+                _, old = self._docs.popitem(last=False)
+                self.n_tokens -= old.size
             self._rebuild()
+        else:
+            self._append(doc)
 
-    def _index_doc(self, doc_id: int, doc: np.ndarray) -> None:
-        listed = doc.tolist()
-        for end in range(KEY, len(listed)):  # the key listed[end-KEY:end] is followed by end
-            self._index.setdefault(tuple(listed[end - KEY : end]), []).append((doc_id, end))
+    def _append(self, doc: np.ndarray) -> None:
+        start = self._used
+        need = start + doc.size + 1
+        if need > self._arena.size:  # grow by doubling: appends cost O(1) amortised
+            grown = np.empty(max(need, 2 * self._arena.size), dtype=np.int32)
+            grown[:start] = self._arena[:start]
+            self._arena = grown
+        self._arena[start : start + doc.size] = doc
+        self._arena[start + doc.size] = SEPARATOR
+        self._used = need
+        hashes = ngram_hashes(doc)
+        ends = np.arange(start + KEY, start + KEY + hashes.size, dtype=np.int32)
+        order = np.argsort(hashes, kind="stable")
+        self._segments.append((hashes[order], ends[order]))
+        while (
+            len(self._segments) > 1 and self._segments[-2][0].size <= 2 * self._segments[-1][0].size
+        ):
+            self._merge_last_two()
+
+    def _merge_last_two(self) -> None:
+        (h1, e1), (h2, e2) = self._segments[-2], self._segments[-1]
+        hashes, ends = np.concatenate([h1, h2]), np.concatenate([e1, e2])
+        order = np.lexsort((ends, hashes))  # by hash, then by position: most recent last
+        self._segments[-2:] = [(hashes[order], ends[order])]
 
     def _rebuild(self) -> None:
-        self._index, self._dead_entries = {}, 0
-        for doc_id, doc in self._docs.items():
-            self._index_doc(doc_id, doc)
+        docs = list(self._docs.values())
+        self._arena, self._used, self._segments = np.zeros(0, dtype=np.int32), 0, []
+        for doc in docs:
+            self._append(doc)
 
     def lookup(self, context: Sequence[int], n_max: int) -> tuple[list[int], int]:
         """What followed the longest earlier match of the context's tail (at most ``n_max``
         tokens), and how many tokens matched (0: nothing found)."""
-        if len(context) < KEY or n_max <= 0:
+        if len(context) < KEY or n_max <= 0 or not self._segments:
             return [], 0
-        occurrences = self._index.get(tuple(context[-KEY:]))
-        if not occurrences:
+        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int32)
+        key = ngram_hashes(np.append(tail[-KEY:], 0))[0]
+        candidates = self._candidates(key)
+        if not candidates:
             return [], 0
-        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int32)[::-1]
-        best: tuple[int, np.ndarray, int] | None = None  # match length, doc, end
-        for doc_id, end in reversed(occurrences[-MAX_CANDIDATES:]):
-            doc = self._docs.get(doc_id)
-            if doc is None:  # evicted; its entries go at the next rebuild
-                continue
-            match = matched_backwards(tail, doc, end)
-            if best is None or match > best[0]:
-                best = (match, doc, end)
-            if match >= tail.size:
-                break
-        if best is None:
+        matches = matched_backwards_many(tail[::-1], self._arena, np.array(candidates))
+        best = int(np.argmax(matches))  # the first of the longest: the most recent
+        best_match, best_end = int(matches[best]), candidates[best]
+        if best_match < KEY:  # nothing, or a hash collision
             return [], 0
-        match, doc, end = best
-        return doc[end : end + n_max].tolist(), match
+        follow = self._arena[best_end : best_end + n_max]
+        stop = np.flatnonzero(follow == SEPARATOR)
+        return follow[: stop[0] if stop.size else follow.size].tolist(), best_match
+
+    def _candidates(self, key: np.uint64) -> list[int]:
+        """End positions of the key's most recent occurrences, most recent first (later
+        segments hold later generations)."""
+        found: list[int] = []
+        for hashes, ends in reversed(self._segments):
+            lo = int(hashes.searchsorted(key, "left"))
+            if lo == hashes.size or hashes[lo] != key:
+                continue  # most lookups: one bisection per segment
+            hi = int(hashes.searchsorted(key, "right"))
+            if hi > lo:
+                found.extend(ends[max(lo, hi - (MAX_CANDIDATES - len(found))) : hi][::-1].tolist())
+                if len(found) >= MAX_CANDIDATES:
+                    break
+        return found
+
+
+def matched_backwards_many(
+    reversed_tail: np.ndarray, arena: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """``matched_backwards`` for several end positions at once (one gather, one compare)."""
+    steps = np.arange(1, reversed_tail.size + 1)
+    positions = ends[:, None] - steps[None, :]
+    inside = positions >= 0
+    equal = (arena[np.where(inside, positions, 0)] == reversed_tail[None, :]) & inside
+    return np.where(equal.all(axis=1), reversed_tail.size, np.argmin(equal, axis=1))
 
 
 def matched_backwards(reversed_tail: np.ndarray, doc: np.ndarray, end: int) -> int:
     """How many tokens before ``end`` in ``doc`` equal the context's last ones."""
-    span = min(reversed_tail.size, end)
-    before = doc[end - span : end][::-1]
-    equal = before == reversed_tail[:span]
-    return span if equal.all() else int(np.argmin(equal))
+    return int(matched_backwards_many(reversed_tail, doc, np.array([end]))[0])

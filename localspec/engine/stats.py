@@ -56,11 +56,9 @@ class Stats:
         """Generation speed, prompt processing excluded (as llama.cpp's "eval time")."""
         return self.n_tokens / (self.gen_ms / 1000) if self.gen_ms > 0 else 0.0
 
-    def to_dict(self) -> dict[str, object]:
-        data = asdict(self)
-        data["drafted_at"] = list(self.drafted_at)
-        data["accepted_at"] = list(self.accepted_at)
-        data["by_drafter"] = {
+    def by_drafter_dict(self) -> dict[str, dict[str, float]]:
+        """Per drafter of a chain: what it drafted, what was kept, in how many verifications."""
+        return {
             name: {
                 "drafted": drafted,
                 "accepted": accepted,
@@ -69,6 +67,12 @@ class Stats:
             }
             for name, drafted, accepted, verifications in self.by_drafter
         }
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["drafted_at"] = list(self.drafted_at)
+        data["accepted_at"] = list(self.accepted_at)
+        data["by_drafter"] = self.by_drafter_dict()
         data.update(
             acceptance_rate=round(self.acceptance_rate, 4),
             acceptance_per_position=[round(a, 4) for a in self.acceptance_per_position],

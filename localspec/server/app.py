@@ -26,6 +26,7 @@ from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, format_for
 from localspec.errors import LocalspecError
+from localspec.memory_bank import DEFAULT_PARTITION, partition_for_key
 from localspec.modes import canonical
 from localspec.server.guard import body_type_allowed, host_of, is_loopback_host, origin_allowed
 from localspec.server.metrics import ServerMetrics
@@ -39,7 +40,7 @@ log = logging.getLogger("localspec.server")
 
 @dataclass(frozen=True)
 class ServerSettings:
-    api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # any of them is accepted; each has its own memory
     max_queue: int = 8
     max_body_bytes: int = 1 << 20
     allowed_origins: tuple[str, ...] = ()  # beyond loopback ones; "*": any
@@ -58,9 +59,9 @@ class Server:
 
     # ----- plumbing -----------------------------------------------------------------------
 
-    def check_caller(self, request: Request) -> None:
-        """Web pages may not drive the server (see ``guard.py``), and with a key, only
-        callers that send it may."""
+    def check_caller(self, request: Request) -> str:
+        """Web pages may not drive the server (see ``guard.py``), and with keys, only
+        callers that send one may. Returns the caller's memory partition."""
         origin = request.headers.get("origin")
         if origin is not None and not origin_allowed(origin, self.settings.allowed_origins):
             raise ApiError(
@@ -77,20 +78,23 @@ class Server:
                 "(use localhost or 127.0.0.1)",
                 "permission_error",
             )
-        self.check_auth(request)
+        return self.check_auth(request)
 
-    def check_auth(self, request: Request) -> None:
-        key = self.settings.api_key
-        if key is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not secrets.compare_digest(given.encode(), f"Bearer {key}".encode()):
-            raise ApiError(
-                401,
-                "invalid or missing API key (Authorization: Bearer KEY)",
-                "authentication_error",
-                code="invalid_api_key",
-            )
+    def check_auth(self, request: Request) -> str:
+        """The partition of the suffix drafter's memory the caller's requests use: one per
+        key, so that one user's earlier prompts never draft (nor time) another's answers."""
+        if not self.settings.api_keys:
+            return DEFAULT_PARTITION
+        given = request.headers.get("authorization", "").encode()
+        for key in self.settings.api_keys:
+            if secrets.compare_digest(given, f"Bearer {key}".encode()):
+                return partition_for_key(key)
+        raise ApiError(
+            401,
+            "invalid or missing API key (Authorization: Bearer KEY)",
+            "authentication_error",
+            code="invalid_api_key",
+        )
 
     async def read_json(self, request: Request) -> Any:
         if not body_type_allowed(
@@ -179,7 +183,9 @@ class Server:
             raise ApiError(400, exc.message, param=where) from None
         return {"tools": tools, "grammar": grammar}
 
-    def generation_args(self, req: CompletionRequest | ChatRequest) -> dict[str, Any]:
+    def generation_args(
+        self, req: CompletionRequest | ChatRequest, partition: str = DEFAULT_PARTITION
+    ) -> dict[str, Any]:
         over = req.speculative
         mode = over.mode if over and over.mode else self.engine.mode
         available = self.engine.available_modes()
@@ -239,6 +245,7 @@ class Server:
             logprobs=req.wants_logprobs if isinstance(req, ChatRequest) else req.top_logprobs,
             # identical greedy requests must not depend on what earlier ones left cached
             reproducible=req.temperature == 0,
+            memory_partition=partition,
             **constraints,
         )
         return {"prompt": prompt, "settings": settings}
@@ -300,9 +307,9 @@ class Server:
 
     async def handle(self, request: Request, model: type, endpoint: str) -> Response:
         try:
-            self.check_caller(request)
+            partition = self.check_caller(request)
             req = self.parse(model, await self.read_json(request))
-            args = self.generation_args(req)
+            args = self.generation_args(req, partition)
             events = await self.start(request, args)
         except ApiError as exc:
             self.metrics.requests.labels(endpoint, str(exc.status)).inc()

@@ -47,6 +47,7 @@ def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
         "draft_ms": round(stats.draft_ms, 3),
         "verify_ms": round(stats.verify_ms, 3),
         "paused": stats.paused,
+        "by_drafter": stats.by_drafter_dict(),
     }
 
 

@@ -19,6 +19,7 @@ from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
+from localspec.memory_bank import DEFAULT_MEMORY_MB
 from localspec.probe_results import saved_speedup
 from localspec.tui.messages import EngineFailed, EngineReady, LoadProgress
 from localspec.tui.screens.ask_path import AskScreen
@@ -40,6 +41,8 @@ class ChatOptions:
     n_gpu_layers_draft: int | None = None
     self_layers: str | None = None
     self_quant: str = "auto"
+    spec_memory_mb: float = DEFAULT_MEMORY_MB
+    spec_memory_path: str | bool | None = None
     system: str | None = None
     temperature: float = 0.0
     max_tokens: int = 1024
@@ -136,6 +139,9 @@ class ChatApp(App[None]):
 
     def on_engine_ready(self, message: EngineReady) -> None:
         if self.engine is not None:
+            if self.engine.target_path == message.engine.target_path:
+                # another draft for the same target: what it wrote still drafts
+                message.engine.memories = self.engine.memories
             self.engine.close()
         self.engine = message.engine
         self.mode_override = None

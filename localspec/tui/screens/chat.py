@@ -191,8 +191,8 @@ class ChatScreen(Screen[None]):
             event = self.pending.popleft()
             if self.answer is not None:
                 drafted, rest = self.split_drafted(event)
-                self.answer.append(drafted, True)
-                self.answer.append(rest, False)
+                self.answer.append(drafted, event.drafted_by or "draft")
+                self.answer.append(rest)
         if event is not None:
             now = time.perf_counter()
             self._window.append((now, event.stats.n_tokens))

@@ -23,10 +23,13 @@ HELP = """\
 | ctrl+q | quit |
 
 Green text came from the drafter and was accepted by the target: every green token cost a
-fraction of a normal decoding step. The panel on the right shows the speed now and for the
-answer, the acceptance rate and mean acceptance length L, the acceptance per draft position
-(a1, a2, ...), the share of time spent drafting vs verifying, and what the adaptive controller
-is doing (its draft length, or paused when speculation would cost more than it gives).
+fraction of a normal decoding step. Magenta text came from the speculation memory (the suffix
+drafter): what this model wrote in earlier answers, drafted again.
+
+The panel on the right shows the speed now and for the answer, the acceptance rate and mean
+acceptance length L, the acceptance per draft position (a1, a2, ...), the share of time spent
+drafting vs verifying, and what the adaptive controller is doing (its draft length, or
+paused when speculation would cost more than it gives).
 """
 
 

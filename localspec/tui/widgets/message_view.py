@@ -10,6 +10,9 @@ from rich.text import Text
 from textual.widgets import Static
 
 DRAFT_STYLE = "bold green"
+# drafters whose tokens have a colour of their own: what the suffix drafter drew from earlier
+# answers is the memory at work, which a user should be able to see
+DRAFTER_STYLES = {"suffix": "bold magenta"}
 
 
 class MessageView(Static):
@@ -23,7 +26,8 @@ class MessageView(Static):
     def __init__(self, role: str, text: str = "", colour_drafts: bool = True) -> None:
         super().__init__(classes=role)
         self.role = role
-        self.spans: list[tuple[str, bool]] = [(text, False)] if text else []
+        # each piece, and the drafter it came from ("": the target's own token)
+        self.spans: list[tuple[str, str]] = [(text, "")] if text else []
         self.colour_drafts = colour_drafts
         self.complete = role != "assistant" or bool(text)  # complete once generation ends
         self._dirty = True
@@ -32,9 +36,9 @@ class MessageView(Static):
     def text(self) -> str:
         return "".join(piece for piece, _ in self.spans)
 
-    def append(self, piece: str, drafted: bool) -> None:
+    def append(self, piece: str, drafted_by: str = "") -> None:
         if piece:
-            self.spans.append((piece, drafted))
+            self.spans.append((piece, drafted_by))
             self._dirty = True
 
     def set_colour_drafts(self, on: bool) -> None:
@@ -62,6 +66,11 @@ class MessageView(Static):
         label = {"user": "you", "assistant": "model"}.get(self.role, self.role)
         out = Text()
         out.append(f"{label}: ", style="bold")
-        for piece, drafted in self.spans:
-            out.append(piece, style=DRAFT_STYLE if drafted and self.colour_drafts else "")
+        for piece, drafter in self.spans:
+            out.append(piece, style=draft_style(drafter) if self.colour_drafts else "")
         return out
+
+
+def draft_style(drafter: str) -> str:
+    """The colour of accepted drafted tokens ("": the target's own: none)."""
+    return DRAFTER_STYLES.get(drafter, DRAFT_STYLE) if drafter else ""

@@ -1,0 +1,99 @@
+"""The speculation memory as users meet it: on by default in serve and chat, off with one
+flag, kept in a file across `localspec run`s (a damaged file is rebuilt), one partition per
+API key in serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from localspec.api import Engine
+from localspec.cli import build_parser
+from localspec.commands.flags import engine_options
+from localspec.memory_bank import default_memory_file
+from localspec.server.app import ServerSettings
+from tests.test_cli import error_of, run_cli
+from tests.test_server import LiveServer
+
+PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
+
+
+def options(*argv: str) -> dict:  # type: ignore[type-arg]
+    return engine_options(build_parser().parse_args(list(argv)))
+
+
+def test_serve_and_chat_remember_by_default_and_run_does_not() -> None:
+    for command in ("serve", "chat"):
+        assert options(command)["mode"] == "suffix+ngram-simple"
+        assert options(command)["spec"].n_max == 48  # a lookup first: the n-gram size-m
+        off = options(command, "--no-spec-memory")
+        assert off["mode"] == "ngram-simple" and off["spec_memory_mb"] == 0
+        assert options(command, "--mode", "ngram-simple")["mode"] == "ngram-simple"
+    assert options("run")["mode"] == "ngram-simple"
+    kept = options("run", "--spec-memory", "mem.npz")
+    assert kept["mode"] == "suffix+ngram-simple" and kept["spec_memory_path"] == "mem.npz"
+    assert options("serve", "--spec-memory")["spec_memory_path"] is True
+
+
+def test_memory_flags_are_checked(capsys, qwen_path: Path) -> None:  # type: ignore[no-untyped-def]
+    q = str(qwen_path)
+    err = error_of(capsys, "run", q, "--mode", "suffix", "--no-spec-memory", "-n", "4")
+    assert "turned off" in err and "--no-spec-memory" in err
+    err = error_of(capsys, "serve", q, "--spec-memory", "m.npz", "--no-spec-memory")
+    assert "not allowed with argument" in err
+    assert "--spec-memory-mb: 0 is out of range" in error_of(
+        capsys, "run", q, "--spec-memory-mb", "0"
+    )
+
+
+def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_path: Path) -> None:
+    memory = tmp_path / "memory.npz"
+    args = ("run", str(qwen_path), "-p", PROMPT, "-n", "48", "--spec-memory", str(memory))
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert memory.exists()
+    second = run_cli(*args)
+    assert second.returncode == 0, second.stderr
+    assert "[suffix+ngram-simple]" in second.stdout + second.stderr
+    line = next(x for x in second.stderr.splitlines() if x.strip().startswith("suffix: drafted"))
+    assert int(line.split("drafted")[1].split(",")[0]) >= 32  # drafted from the first answer
+    memory.write_bytes(b"not a memory file")
+    damaged = run_cli(*args)
+    assert damaged.returncode == 0 and "is damaged" in damaged.stderr
+    assert memory.read_bytes()[:2] == b"PK"  # rebuilt: a whole numpy archive again
+
+
+def test_each_api_key_has_its_own_memory(qwen_path: Path, tmp_path: Path) -> None:
+    with (
+        Engine.load(
+            qwen_path, mode="suffix+ngram-simple", spec_memory_path=tmp_path / "m.npz"
+        ) as engine,
+        LiveServer(engine, ServerSettings(api_keys=("alice", "bob"))) as url,
+    ):
+
+        def ask(key: str) -> dict:  # type: ignore[type-arg]
+            reply = httpx.post(
+                f"{url}/v1/chat/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={
+                    "messages": [{"role": "user", "content": PROMPT}],
+                    "max_tokens": 48,
+                    "temperature": 0,
+                },
+                timeout=300,
+            )
+            reply.raise_for_status()
+            return reply.json()["speculative"]["by_drafter"].get("suffix", {"drafted": 0})
+
+        assert ask("alice")["drafted"] == 0  # nothing remembered yet
+        assert ask("bob")["drafted"] == 0  # alice's answer is not bob's memory
+        assert ask("alice")["drafted"] >= 32  # her own first answer is
+    assert (tmp_path / "m.npz").exists()  # saved when the engine closed
+
+
+def test_the_default_file_is_one_per_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    path = default_memory_file(Path("/models/qwen.gguf"))
+    assert path == tmp_path / "spec-memory" / "qwen.npz"
