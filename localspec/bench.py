@@ -55,6 +55,7 @@ class Cell:
     # top-2 logit gap where the outputs part
     exact_match: str | None
     native_tokens_per_s: float | None = None
+    native_drafted: int | None = None  # tokens the native tool drafted over the cell's runs
     noise: tuple[str, ...] = ()  # why the cell's figure cannot be trusted (empty: it can)
 
     @property
@@ -91,9 +92,13 @@ def native_ratios(cells: Sequence[Cell]) -> dict[str, tuple[float, float, float,
 
 
 def native_text(c: Cell) -> str:
-    """A cell's native column: llama.cpp's tok/s and localspec's ratio to it."""
+    """A cell's native column: llama.cpp's tok/s and localspec's ratio to it (and whether the
+    tool drafted at all: where it did not, it ran plain decoding)."""
     ratio = c.native_ratio
-    return "-" if ratio is None else f"{c.native_tokens_per_s:.1f} ({ratio:.2f}x)"
+    if ratio is None:
+        return "-"
+    drafted = ", no drafts" if c.native_drafted == 0 else ""
+    return f"{c.native_tokens_per_s:.1f} ({ratio:.2f}x{drafted})"
 
 
 def native_lines(cells: Sequence[Cell]) -> list[str]:

@@ -15,6 +15,7 @@ from localspec.modes import parse_mode
 
 TOOL = "llama-speculative-simple"
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+_COUNT = {name: re.compile(rf"\b{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_accept")}
 # llama.cpp's --spec-type names; draft-self has no native counterpart
 _SPEC_TYPES = {
     "ngram-simple": "ngram-simple",
@@ -85,14 +86,23 @@ def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float)
     return cmd
 
 
-def parse_speed(output: str) -> float:
+@dataclass(frozen=True)
+class NativeRun:
+    tokens_per_s: float
+    drafted: int  # tokens the tool drafted (0: its lookup never matched)
+    accepted: int
+
+
+def parse_run(output: str) -> NativeRun:
     match = _DECODED.search(output)
     if match is None:
         raise LocalspecError(
             f"{TOOL} printed no 'decoded ... t/s' line",
             "check that the tool runs: " + output.strip()[-300:],
         )
-    return float(match.group(3))
+    counts = [_COUNT[name].search(output) for name in ("n_drafted", "n_accept")]
+    drafted, accepted = (int(c.group(1)) if c else 0 for c in counts)
+    return NativeRun(float(match.group(3)), drafted, accepted)
 
 
 def check_tool(tool_dir: Path) -> None:
@@ -114,8 +124,8 @@ def prompt_file_text(prompt_text: str) -> str:
     return prompt_text + "\n"
 
 
-def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> float:
-    """Tokens per second of the native tool on this prompt (already chat-formatted)."""
+def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> NativeRun:
+    """The native tool's speed and draft counts on this prompt (already chat-formatted)."""
     check_tool(s.tool_dir)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt_file_text(prompt_text))
@@ -128,4 +138,4 @@ def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> f
         )
     finally:
         Path(f.name).unlink(missing_ok=True)
-    return parse_speed(done.stdout + done.stderr)
+    return parse_run(done.stdout + done.stderr)

@@ -122,10 +122,12 @@ def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
     assert "--top-k 0 --top-p 1 --min-p 0" in ngram
     # llama.cpp drops a prompt file's last newline: the chat prompt's own must survive it
     assert native.prompt_file_text("<|im_start|>assistant\n").endswith("assistant\n\n")
-    assert native.parse_speed(
+    parsed = native.parse_run(
         "encoded  12 tokens in 0.1 seconds\n"
-        "decoded   64 tokens in    1.234 seconds, speed:   51.864 t/s"
-    ) == pytest.approx(51.864)
+        "decoded   64 tokens in    1.234 seconds, speed:   51.864 t/s\n"
+        "n_draft   = 48\nn_drafted = 96\nn_accept  = 61\naccept    = 63.5%"
+    )
+    assert parsed == native.NativeRun(pytest.approx(51.864), 96, 61)
 
 
 def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
@@ -133,7 +135,8 @@ def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
     if not (tools / native.TOOL).exists():
         pytest.skip("llama.cpp tools not built (scripts/build-llama-cpp-tools native)")
     s = native.NativeSettings(tools, qwen_path, None, 16, 2, 2048, 16)
-    assert native.run(s, "ngram-simple", "def fib(n):", 0.0) > 0
+    run = native.run(s, "ngram-simple", "def fib(n):", 0.0)
+    assert run.tokens_per_s > 0 and 0 <= run.accepted <= run.drafted
 
 
 def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
@@ -205,8 +208,14 @@ def test_native_ratio_per_cell_and_per_mode() -> None:
     runs = [run("none", k, 50.0) for k in ("qa", "story")]
     runs += [run("ngram-simple", "qa", 100.0), run("ngram-simple", "story", 60.0)]
     native_speed = {("ngram-simple", "qa"): 80.0, ("ngram-simple", "story"): 75.0}
+    native_drafted = {("ngram-simple", "qa"): 0, ("ngram-simple", "story"): 40}
     cells = [
-        replace(c, native_tokens_per_s=native_speed.get((c.mode, c.kind))) for c in summarise(runs)
+        replace(
+            c,
+            native_tokens_per_s=native_speed.get((c.mode, c.kind)),
+            native_drafted=native_drafted.get((c.mode, c.kind)),
+        )
+        for c in summarise(runs)
     ]
     story = next(c for c in cells if c.mode == "ngram-simple" and c.kind == "story")
     assert story.native_ratio == pytest.approx(0.8) and story.to_dict()["native_ratio"] == 0.8
@@ -214,6 +223,7 @@ def test_native_ratio_per_cell_and_per_mode() -> None:
     assert mean == pytest.approx((1.25 * 0.8) ** 0.5) and (low, high, n) == (0.8, 1.25, 2)
     assert "none" not in native_ratios(cells)
     assert "75.0 (0.80x)" in markdown(cells, "h", 3.0)
+    assert "80.0 (1.25x, no drafts)" in markdown(cells, "h", 3.0)  # the tool decoded plainly
     assert native_lines(cells) == [
         "ngram-simple vs llama.cpp's own: 1.00x geometric mean over 2 cell(s) (0.80-1.25)"
     ]

@@ -169,3 +169,19 @@ async def test_loading_reports_progress_and_answers_render_markdown(smollm_path:
         from rich.markdown import Markdown
 
         assert isinstance(answer.renderable(), Markdown)
+
+
+async def test_tokens_from_the_speculation_memory_have_their_own_colour(smollm_path: Path) -> None:
+    from localspec.tui.widgets.message_view import DRAFTER_STYLES
+
+    app = make_app(smollm_path, max_tokens=40, mode="suffix+ngram-simple")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        question = "Write four lines about the sea and its colours."
+        await ask(app, pilot, question)
+        await palette(pilot, "New chat")
+        await ask(app, pilot, question)  # asked again in a new chat: drafted from memory
+        answer = [v for v in app.chat.conversation.views() if v.role == "assistant"][-1]
+        assert any(drafter == "suffix" for _, drafter in answer.spans)
+        styles = {str(span.style) for span in answer.as_text().spans}
+        assert DRAFTER_STYLES["suffix"] in styles

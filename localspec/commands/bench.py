@@ -140,7 +140,7 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
         if not native.supported(cell.mode):
             out.append(cell)
             continue
-        speeds = [
+        runs = [
             native.run(
                 replace(settings, n_max=run_spec_for(args, cell.mode).n_max),
                 cell.mode,
@@ -151,7 +151,9 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
             if p.kind == cell.kind
             for _ in range(args.repeat)
         ]
-        out.append(replace(cell, native_tokens_per_s=median(speeds)))
+        speed = median(r.tokens_per_s for r in runs)
+        drafted = sum(r.drafted for r in runs)
+        out.append(replace(cell, native_tokens_per_s=speed, native_drafted=drafted))
     return out
 
 

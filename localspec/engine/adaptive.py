@@ -239,9 +239,9 @@ class AdaptiveController:
         self._strong_round = False
         if draft.match >= STRONG_MATCH and not self.hopeless:
             strong = self._best_length(acceptance=self._strong.estimates())
-            strong = min(strong, self._strong_cap)
-            if strong > k:
-                k, self._strong_round = strong, True
+            k = max(k, min(strong, self._strong_cap))
+            # whichever length won, the round is evidence about strong drafts only
+            self._strong_round = k > 0
         return min(k, len(draft))
 
     def shadow_length(self) -> int:

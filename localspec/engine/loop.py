@@ -32,6 +32,7 @@ from localspec.engine.verify import (
     token_logprobs,
 )
 from localspec.errors import LocalspecError
+from localspec.modes import LOOKUP_MODES
 
 # a token's log-probability, and the most likely tokens with theirs
 TokenLogprob = tuple[float, tuple[tuple[int, float], ...]]
@@ -261,11 +262,14 @@ class SpeculativeLoop:
         draft_s: float,
         verify_s: float,
     ) -> tuple[float, float]:
-        """The round's times as the controller is told them: measured, or modelled."""
-        if self.times is None:
-            return draft_s, verify_s
+        """The round's times as the controller is told them: measured, or modelled. A
+        lookup is told it cost nothing: it costs microseconds, and the clock says more only
+        when another thread (the chat's interface, the server's event loop) held the GIL,
+        which would make the controller stop asking lookups for whole drafts."""
         made = draft if draft.tokens else (shadow[0] if shadow and shadow[1] == 0 else Draft())
         source = made.source or (self.drafter.name if self.drafter else "")
+        if self.times is None:
+            return (0.0 if source in LOOKUP_MODES else draft_s), verify_s
         return self.times.draft(len(made), source), self.times.verify(len(draft) + 1)
 
     def _draft(self, context: list[int]) -> tuple[Draft, tuple[Draft, int] | None]:
