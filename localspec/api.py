@@ -42,6 +42,7 @@ from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
+from localspec.fileops import check_output_path
 from localspec.memory_bank import (
     DEFAULT_MEMORY_MB,
     DEFAULT_PARTITION,
@@ -123,7 +124,11 @@ def load_memories(
     if not max_mb >= 0:
         raise LocalspecError(f"--spec-memory-mb must be >= 0 (got {max_mb})")
     model = f"{target.path.name}|{target.n_vocab}"
-    return MemoryBank(max_mb, Path(path) if path is not None else None, model)
+    if path is None:
+        return MemoryBank(max_mb, None, model)
+    path = Path(path)
+    check_output_path(path, "--spec-memory")
+    return MemoryBank(max_mb, path, model)
 
 
 class Engine:
@@ -224,6 +229,7 @@ class Engine:
             )
         if spec_memory_path is True:
             spec_memory_path = default_memory_file(target_path)
+            spec_memory_path.parent.mkdir(parents=True, exist_ok=True)
         draft_kind = neural_part(mode) if mode != "none" else None
         if self_layers is not None and draft_kind != "draft-self":
             raise LocalspecError(

@@ -89,8 +89,11 @@ class MemoryBank:
             "lengths": np.array([d.size for _, d in docs], dtype=np.int64),
             "tokens": np.concatenate([d for _, d in docs]) if docs else np.zeros(0, np.int32),
         }
-        with atomic_path(self.path) as tmp, tmp.open("wb") as f:
-            np.savez(f, **arrays)
+        try:
+            with atomic_path(self.path) as tmp, tmp.open("wb") as f:
+                np.savez(f, **arrays)
+        except OSError as exc:  # a full disk must not cost the answer being served
+            status(f"localspec: warning: cannot save --spec-memory {self.path}: {exc}")
         self._dirty, self._saved_at = False, time.monotonic()
 
     def _load(self, path: Path) -> None:

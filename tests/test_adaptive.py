@@ -308,3 +308,23 @@ def test_strong_guesses_that_the_target_follows_bring_strong_drafts_back() -> No
             ctl.observe_shadow(check)
     assert ctl.fit(strong(48)) >= 8
     assert ctl.paused and np.array_equal(ctl.acceptance(), weak_before)  # weak estimates alone
+
+
+def test_a_draft_resumed_mid_guess_is_evidence_about_that_depth() -> None:
+    """Resumed two tokens into a followed guess, a draft rejected at its first token says
+    that position 2 of such guesses fails, not position 0 (which the guesses showed right)."""
+    ctl = seen_lookup()
+    step = float(SMALL_CPU(np.array([1]))[0])
+    for position in range(3):  # a guess the target follows for three tokens
+        ctl.observe(0, 0, 0.0, step)
+        ctl.observe_shadow(ShadowCheck(1.0, 0.0, position, False, 8))
+        if not ctl.paused:
+            break
+    assert not ctl.paused, "three right guesses resume speculation"
+    depth = position + 1
+    before = ctl.acceptance().copy()
+    k = ctl.fit(Draft([5] * 8, match=4))
+    ctl.observe(k, 0, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    after = ctl.acceptance()
+    assert after[depth] < before[depth]  # the depth the resume was judged at learns
+    assert after[0] >= 0.9 * before[0]  # position 0 only decays

@@ -88,3 +88,12 @@ def test_a_lookup_in_a_full_50_mb_memory_costs_microseconds() -> None:
         memory.lookup(context[: 1000 + i], 48)
     per_lookup = (time.perf_counter() - t0) / 200
     assert per_lookup < 200e-6, per_lookup  # 1% of a 20 ms step
+
+
+def test_an_unwritable_memory_file_is_a_warning_not_a_lost_answer(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    blocked = tmp_path / "blocked"
+    bank = MemoryBank(1.0, blocked / "mem.npz", "m")
+    blocked.write_text("a file where the folder was")  # replaced while serving
+    bank.remember([1, 2, 3, 4, *ANSWER])
+    bank.save()
+    assert "cannot save --spec-memory" in capsys.readouterr().err

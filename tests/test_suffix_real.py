@@ -1,6 +1,11 @@
 """The suffix drafter on the real model: a request asked again is drafted from the memory of
 the first answer, and the answer is still the target's own."""
 
+from collections import Counter
+
+import numpy as np
+from scipy.stats import chi2_contingency
+
 from localspec.api import Engine
 from localspec.lossless import compare
 
@@ -27,3 +32,40 @@ def test_a_chain_falls_back_on_the_lookup_when_memory_has_nothing(qwen: Engine) 
     )
     names = {name for name, drafted, *_ in result.stats.by_drafter if drafted}
     assert "ngram-simple" in names
+
+
+COLOUR = (
+    "Pick one colour at random among red, green, blue, yellow and purple. "
+    "Answer with the colour only."
+)
+
+
+def _first_words(engine: Engine, mode: str, seeds: range) -> tuple[Counter[str], int]:
+    """How often each answer was drawn, and how many tokens the memory drafted."""
+    counts: Counter[str] = Counter()
+    drafted = 0
+    for seed in seeds:
+        result = engine.generate(
+            COLOUR, chat=True, max_tokens=4, temperature=1.0, seed=seed, mode=mode
+        )
+        words = result.text.strip().split()
+        counts[words[0].strip(".").lower() if words else ""] += 1
+        drafted += result.stats.drafted
+    return counts, drafted
+
+
+def test_sampling_with_drafts_from_memory_keeps_the_distribution(qwen: Engine) -> None:
+    """The memory drafts the last remembered answer (one-hot); rejection sampling must still
+    draw each answer as often as plain sampling does."""
+    qwen.memory.clear()
+    qwen.generate(COLOUR, chat=True, max_tokens=4, temperature=0, mode="none")  # remembered
+    plain, _ = _first_words(qwen, "none", range(80))
+    qwen.memory.clear()
+    qwen.generate(COLOUR, chat=True, max_tokens=4, temperature=0, mode="none")
+    spec, drafted = _first_words(qwen, "suffix", range(1000, 1080))
+    assert drafted >= 80  # every answer was drafted from memory
+    names = sorted(set(plain) | set(spec))
+    assert len(names) >= 2, (plain, spec)  # the test means something only with a choice
+    table = np.array([[plain[n] for n in names], [spec[n] for n in names]]) + 0.5
+    assert chi2_contingency(table).pvalue > 1e-3, (plain, spec)
+    qwen.memory.clear()

@@ -113,11 +113,13 @@ class AcceptanceEstimate:
         self.tried *= DECAY
         self.prior_tries = max(self.prior_tries * DECAY, MIN_PRIOR_TRIES)
 
-    def record_round(self, n_drafted: int, n_accepted: int) -> None:
-        """A verified draft: position i is only "tried" when every earlier one was kept."""
+    def record_round(self, n_drafted: int, n_accepted: int, depth: int = 0) -> None:
+        """A verified draft: position i is only "tried" when every earlier one was kept.
+        ``depth``: the draft continued a guess that deep (a resume mid-shadow-round), so its
+        first token is position ``depth`` of the guessed continuation."""
         self.decay()
-        self.tried[: min(n_accepted + 1, n_drafted)] += 1
-        self.accepted[:n_accepted] += 1
+        self.tried[depth : depth + min(n_accepted + 1, n_drafted)] += 1
+        self.accepted[depth : depth + n_accepted] += 1
 
     def record_position(self, position: int, acceptance: float) -> None:
         self.tried[position] += 1
@@ -177,6 +179,7 @@ class AdaptiveController:
         self._strong = AcceptanceEstimate(n_max, STRONG_PRIOR)  # drafts on strong matches
         self._strong_round = False  # the round being verified was drafted on a strong match
         self._strong_cap = n_max  # how long the next strong draft may be (see fit)
+        self._resume_depth = 0  # how deep into a guess the next verified draft starts
         self._draft_per_token = 0.0
         self._catch_up: float | None = None
         self._draft_seen = False
@@ -199,6 +202,7 @@ class AdaptiveController:
         self._estimate.reset()
         self._strong.reset()
         self._strong_cap = self.n_max
+        self._resume_depth = 0
         self.draft_length = self._resume
         self.paused = True
         # re-learnt each answer (a guess or two): one slow first measurement must not
@@ -280,7 +284,8 @@ class AdaptiveController:
             # and a chat that re-quotes its history breaks off a dozen tokens into a match
             self._strong_cap = max(2 * (n_accepted + 1), self._resume)
             return
-        self._estimate.record_round(n_drafted, n_accepted)
+        depth, self._resume_depth = self._resume_depth, 0
+        self._estimate.record_round(n_drafted, n_accepted, depth)
         best = self._best_length()
         if best == 0:
             self.hopeless = self._is_hopeless(self._perfect_gains())
@@ -326,6 +331,10 @@ class AdaptiveController:
             best = self._resume  # a short draft kept whole would pay
         if best > 0:  # resume short, and let the verified rounds grow the draft
             self.paused, self.draft_length = False, min(best, self._resume_length(gains))
+            # the estimates that chose to resume were those at this depth: the draft's
+            # outcome is evidence about them (recorded at position 0, a first token rejected
+            # after a right guess would never correct them)
+            self._resume_depth = depth
         elif acceptance < STREAK_HIT:
             self._misses += 1
 
