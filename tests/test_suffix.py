@@ -74,3 +74,16 @@ def test_a_cleared_memory_drafts_nothing() -> None:
     memory.add(list(range(40)))
     memory.clear()
     assert memory.lookup(list(range(20)), 4) == ([], 0) and memory.n_tokens == 0
+
+
+def test_the_drafter_drafts_copied_text_only_not_a_shared_skeleton() -> None:
+    """Two records share their field names, not their values: a 6-token match found in an
+    earlier request is not drafted; a 12-token one is."""
+    memory = SpecMemory()
+    memory.add([7, 8, 9, 10, 11, 12, 60, 61, 62, 63])
+    drafter = SuffixDrafter(memory)
+    skeleton = [1, 2, 3, 7, 8, 9, 10, 11, 12]
+    assert memory.lookup(skeleton, 4) == ([60, 61, 62, 63], 6)
+    assert drafter.propose(skeleton, 4).tokens == []
+    memory.add([*range(200, 220), 90, 91])
+    assert drafter.propose(list(range(200, 220)), 2).tokens == [90, 91]

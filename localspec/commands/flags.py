@@ -8,6 +8,7 @@ from typing import Any
 
 from localspec import argtypes as at
 from localspec.api import Engine
+from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
 from localspec.memory_bank import DEFAULT_MEMORY_MB
 from localspec.modes import LOOKUP_MODES
@@ -99,7 +100,7 @@ SPEC_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
     (
         "--spec-ngram-simple-min-n",
         at.count,
-        4,
+        NgramParams.min_n,
         "shortest key tried when the size-n key has no match "
         "(default 4; set it to size-n for llama.cpp's exact behaviour)",
     ),
@@ -199,7 +200,6 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``Engine.load`` from the shared model and spec flags."""
     from localspec.api import resolve_mode
     from localspec.catalog import load_catalog
-    from localspec.drafters.ngram import NgramParams
 
     forget = getattr(args, "no_spec_memory", False)
     memory_file = getattr(args, "spec_memory", None)

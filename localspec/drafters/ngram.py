@@ -35,7 +35,7 @@ class NgramParams:
     size_n: int = 12
     size_m: int = 48
     min_hits: int = 1
-    min_n: int = 2
+    min_n: int = 4  # as --spec-ngram-simple-min-n: shorter keys mostly recur by chance
 
 
 class NgramDrafter:
