@@ -68,7 +68,7 @@ count = integer(1, HUGE)  # -n, --repeat, ...
 non_negative = integer(0, HUGE)
 threads = integer(1, 1024, " (leave -t out to use every physical core)")
 MIN_CONTEXT = 64
-megabytes = real(0, 1 << 20, lo_open=True)
+megabytes = real(0, 100_000, lo_open=True)
 
 
 def context(text: str) -> int:

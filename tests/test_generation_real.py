@@ -192,20 +192,16 @@ class StallingClock:
 def test_a_reproducible_schedule_does_not_depend_on_timing(qwen: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Greedy output depends on how rounds are batched; with ``reproducible`` the draft
     lengths come from modelled costs, so a machine that stalls gives the same rounds as a
-    quiet one. Measured times, on the same prompts, do change them."""
+    quiet one (the stalls are felt: the measured times grow)."""
     import localspec.engine.loop as loop
 
     cases = [p for p in builtin_prompts() if p.kind in ("creative", "french", "json")]
-    measured_changed = False
     for case in cases:
-        runs = {}
-        for reproducible in (True, False):
-            for stall in (0.0, 0.03):
-                monkeypatch.setattr(loop, "time", StallingClock(stall))
-                result = qwen.generate(
-                    case.text, chat=True, max_tokens=80, reproducible=reproducible
-                )
-                runs[reproducible, stall] = (result.stats.drafted_at, result.tokens)
-        assert runs[True, 0.0] == runs[True, 0.03], case.name
-        measured_changed |= runs[False, 0.0][0] != runs[False, 0.03][0]
-    assert measured_changed  # the stalls are felt where times are measured
+        runs, verify_ms = {}, {}
+        for stall in (0.0, 0.03):
+            monkeypatch.setattr(loop, "time", StallingClock(stall))
+            result = qwen.generate(case.text, chat=True, max_tokens=80, reproducible=True)
+            runs[stall] = (result.stats.drafted_at, result.tokens)
+            verify_ms[stall] = result.stats.verify_ms
+        assert runs[0.0] == runs[0.03], case.name
+        assert verify_ms[0.03] > verify_ms[0.0] + 1000, case.name

@@ -34,36 +34,32 @@ def test_a_chain_falls_back_on_the_lookup_when_memory_has_nothing(qwen: Engine) 
     assert "ngram-simple" in names
 
 
-COLOUR = (
-    "Pick one colour at random among red, green, blue, yellow and purple. "
-    "Answer with the colour only."
-)
+COLOURS = "List three colours at random, separated by commas. Answer with the list only."
 
 
-def _first_words(engine: Engine, mode: str, seeds: range) -> tuple[Counter[str], int]:
-    """How often each answer was drawn, and how many tokens the memory drafted."""
+def _second_colours(engine: Engine, mode: str, seeds: range) -> tuple[Counter[str], int]:
+    """How often each second colour was drawn (the first comes from the prompt's own pass,
+    which nothing drafts), and how many tokens the memory drafted."""
     counts: Counter[str] = Counter()
     drafted = 0
     for seed in seeds:
         result = engine.generate(
-            COLOUR, chat=True, max_tokens=4, temperature=1.0, seed=seed, mode=mode
+            COLOURS, chat=True, max_tokens=8, temperature=1.0, seed=seed, mode=mode
         )
-        words = result.text.strip().split()
-        counts[words[0].strip(".").lower() if words else ""] += 1
+        items = result.text.split(",")
+        counts[items[1].strip(" .").lower() if len(items) > 1 else ""] += 1
         drafted += result.stats.drafted
     return counts, drafted
 
 
 def test_sampling_with_drafts_from_memory_keeps_the_distribution(qwen: Engine) -> None:
-    """The memory drafts the last remembered answer (one-hot); rejection sampling must still
-    draw each answer as often as plain sampling does."""
+    """The memory drafts what followed the same first colour in a remembered answer (one-hot);
+    rejection sampling must still draw each second colour as often as plain sampling does."""
     qwen.memory.clear()
-    qwen.generate(COLOUR, chat=True, max_tokens=4, temperature=0, mode="none")  # remembered
-    plain, _ = _first_words(qwen, "none", range(80))
+    plain, _ = _second_colours(qwen, "none", range(80))
     qwen.memory.clear()
-    qwen.generate(COLOUR, chat=True, max_tokens=4, temperature=0, mode="none")
-    spec, drafted = _first_words(qwen, "suffix", range(1000, 1080))
-    assert drafted >= 80  # every answer was drafted from memory
+    spec, drafted = _second_colours(qwen, "suffix", range(1000, 1080))
+    assert drafted >= 40  # the memory drafted throughout
     names = sorted(set(plain) | set(spec))
     assert len(names) >= 2, (plain, spec)  # the test means something only with a choice
     table = np.array([[plain[n] for n in names], [spec[n] for n in names]]) + 0.5
