@@ -71,10 +71,6 @@ class MemoryBank:
         if self.path is not None and time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self.save()
 
-    def clear(self) -> None:
-        for memory in self._memories.values():
-            memory.clear()
-
     def save(self) -> None:
         """Write every partition to the file (atomically), if anything changed."""
         if self.path is None or not self._dirty:
