@@ -159,6 +159,11 @@ def draftless_modes(target: GGUFInfo) -> list[tuple[str, bool, str]]:
     nextn = target.n_layer_nextn
     return [
         ("ngram-simple", True, "drafts from the prompt and output history; any model"),
+        (
+            "suffix+ngram-simple",
+            True,
+            "first what earlier requests' answers continued with (the speculation memory)",
+        ),
         ("draft-self", True, f"the target with some of its {target.n_layer} layers skipped"),
         (
             "draft-mtp",

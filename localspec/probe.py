@@ -19,7 +19,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from localspec.api import Engine
+from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.loop import SpecConfig
 from localspec.engine.stats import Stats
 from localspec.measure import (
@@ -31,14 +34,14 @@ from localspec.measure import (
     needs_more,
     predicted_speedup,
 )
-from localspec.modes import LOOKUP_MODES
+from localspec.modes import LOOKUP_MODES, parse_mode
 from localspec.probe_results import WORTH_IT, ProbeConfig, write
 from localspec.prompts import PromptCase
 
 MAX_PAIRS = 4  # default --repeat: speculative runs per (configuration, prompt) at most
 
 # Draftless modes probe measures (when the target supports them: draft-mtp needs NextN layers).
-MEASURABLE_DRAFTLESS = ("ngram-simple", "draft-self", "draft-mtp")
+MEASURABLE_DRAFTLESS = ("ngram-simple", "suffix+ngram-simple", "draft-self", "draft-mtp")
 
 
 @dataclass(frozen=True)
@@ -100,26 +103,39 @@ def measure(
 ) -> Iterator[Measurement]:
     """For each prompt and configuration: plain, speculative, plain, speculative, plain...
     (the plain run closing one pair opens the next), at least two pairs, more while the
-    ratios spread wide and the budget allows."""
+    ratios spread wide and the budget allows.
+
+    Every run is a fresh request, except that a mode with the suffix drafter finds in its
+    memory the plain answers to the prompts probed before (as a server would have them): on
+    unrelated prompts it shows what the memory costs, on a file of similar requests what it
+    gains."""
     gen = dict(chat=True, max_tokens=n_tokens, temperature=temperature, seed=seed)
     ceiling = engine.verify_cost().ceiling()
     draft_step = engine.draft_step_seconds()
+    earlier: list[np.ndarray] = []  # the prompts probed so far, with their plain answers
 
     def plain_speed(case: PromptCase) -> float:
-        engine.memory.clear()  # every run is a fresh request: none remembers another
+        engine.memory.clear()
         return engine.generate(
             case.messages, mode="none", grammar=case.grammar, **gen
         ).stats.tokens_per_s  # type: ignore[arg-type]
 
+    def remember_earlier(config: ProbeConfig) -> None:
+        engine.memory.clear()
+        if SuffixDrafter.name in parse_mode(config.mode):
+            for doc in earlier:
+                engine.memory.add(doc)
+
     for case in prompts:
         before = plain_speed(case)
+        answered = engine.memory.documents()
         for config in configs:
             spec = SpecConfig(n_max=config.n_max, adaptive=False)
             pairs: list[Pair] = []
             runs: list[Stats] = []
             predicted = None
             while _another(pairs, max_pairs, predicted, budget):
-                engine.memory.clear()
+                remember_earlier(config)
                 r = engine.generate(
                     case.messages, mode=config.mode, spec=spec, grammar=case.grammar, **gen
                 )  # type: ignore[arg-type]
@@ -133,6 +149,7 @@ def measure(
             if budget is not None:
                 budget.cell_done()
             yield cell(config, case, pairs, runs, ceiling, predicted)
+        earlier.extend(answered)
 
 
 def _another(
@@ -149,7 +166,7 @@ def _another(
 def _draft_step(config: ProbeConfig, stats: Stats, calibrated: float | None) -> float:
     """Seconds per draft step: nothing for a lookup, the calibrated step of a draft model,
     else what the run itself measured."""
-    if config.mode in LOOKUP_MODES:
+    if all(part in LOOKUP_MODES for part in parse_mode(config.mode)):
         return 0.0
     if calibrated is not None:
         return calibrated

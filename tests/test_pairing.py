@@ -25,7 +25,11 @@ def test_gguf_info_reads_real_headers(qwen_path: Path, smollm_path: Path) -> Non
     assert q.bos_token_id == 151643 and q.add_bos is False
     s = gguf_info(smollm_path)
     assert s.architecture == "llama" and s.vocab_size == 49152
-    assert [m for m, ok, _ in draftless_modes(q) if ok] == ["ngram-simple", "draft-self"]
+    assert [m for m, ok, _ in draftless_modes(q) if ok] == [
+        "ngram-simple",
+        "suffix+ngram-simple",
+        "draft-self",
+    ]
 
 
 def test_three_families_are_incompatible_with_the_failing_rule(
@@ -112,6 +116,7 @@ def test_pairs_command_lists_every_candidate_with_reasons(
     assert any("no .gguf files" in n for n in report["notes"])
     assert {m["mode"] for m in report["draftless_modes"]} == {
         "ngram-simple",
+        "suffix+ngram-simple",
         "draft-self",
         "draft-mtp",
     }

@@ -38,6 +38,8 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
             "32",
             "--lengths",
             "4,8",
+            "--modes",
+            "ngram-simple,draft-self,draft-mtp,draft-model",
             "--json",
             "--save",
         ]
@@ -213,3 +215,31 @@ def test_mode_auto_refuses_a_noisy_winner(monkeypatch, tmp_path, smollm_path) ->
     assert saved["winner"]["noisy"] is True and saved["winner"]["spread"] == [6.0, 6.0]
     with pytest.raises(LocalspecError, match="could not measure its winner reliably"):
         Engine.load(smollm_path, mode="auto")
+
+
+def test_probe_measures_the_memory_with_the_earlier_prompts_remembered(
+    capsys, monkeypatch, tmp_path, qwen_path
+) -> None:  # type: ignore[no-untyped-def]
+    """The memory mode drafts a prompt with the answers to the prompts probed before it
+    remembered: the first finds nothing (it drafts as ngram-simple), a request asked again
+    is drafted from its earlier answer."""
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    ask = "List the planets of the solar system, one per line, with one fact each."
+    prompts = tmp_path / "again.toml"
+    prompts.write_text(
+        f'[[prompt]]\nname = "first"\nkind = "qa"\ntext = "{ask}"\n'
+        f'[[prompt]]\nname = "again"\nkind = "qa"\ntext = "{ask}"\n'
+    )
+    args = ["probe", str(qwen_path), "--prompts", str(prompts), "-n", "48", "--lengths", "8"]
+    modes = ["--modes", "ngram-simple,suffix+ngram-simple", "--repeat", "2", "--json"]
+    assert main([*args, *modes]) == 0
+    report = json.loads(capsys.readouterr().out)
+    cells = {(m["mode"], m["prompt"]): m for m in report["measurements"]}
+    assert set(cells) == {
+        (mode, name) for mode in ("ngram-simple", "suffix+ngram-simple") for name in ("first", "again")
+    }
+    first = cells["suffix+ngram-simple", "first"], cells["ngram-simple", "first"]
+    assert first[0]["acceptance_rate"] == pytest.approx(first[1]["acceptance_rate"])
+    again = cells["suffix+ngram-simple", "again"]
+    assert again["acceptance_rate"] > 0.9 and again["mean_acceptance_length"] > 6
+    assert again["mean_acceptance_length"] > cells["ngram-simple", "again"]["mean_acceptance_length"]

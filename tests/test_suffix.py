@@ -76,9 +76,9 @@ def test_a_cleared_memory_drafts_nothing() -> None:
     assert memory.lookup(list(range(20)), 4) == ([], 0) and memory.n_tokens == 0
 
 
-def test_the_drafter_drafts_copied_text_only_not_a_shared_skeleton() -> None:
-    """Two records share their field names, not their values: a 6-token match found in an
-    earlier request is not drafted; a 12-token one is."""
+def test_one_short_match_is_not_drafted_a_long_one_is() -> None:
+    """What followed one 6-token match of an earlier request is as likely a value of another
+    record as text to copy: not drafted; a 12-token match is copied text."""
     memory = SpecMemory()
     memory.add([7, 8, 9, 10, 11, 12, 60, 61, 62, 63])
     drafter = SuffixDrafter(memory)
@@ -87,3 +87,40 @@ def test_the_drafter_drafts_copied_text_only_not_a_shared_skeleton() -> None:
     assert drafter.propose(skeleton, 4).tokens == []
     memory.add([*range(200, 220), 90, 91])
     assert drafter.propose(list(range(200, 220)), 2).tokens == [90, 91]
+
+
+def record(i: int, skeleton_end: int = 15) -> list[int]:
+    """A JSON-like record: the same field names (10..15, 20..25), its own values."""
+    return [1000 + i, 10, 11, 12, 13, 14, skeleton_end, 300 + i, 20, 21, 22, 23, 24, 25, 400 + i]
+
+
+def test_the_skeleton_earlier_answers_agree_on_is_drafted_up_to_the_values() -> None:
+    memory = SpecMemory()
+    for i in range(3):
+        memory.add(record(i))
+    drafter = SuffixDrafter(memory)
+    context = [7, 10, 11, 12, 13]  # a new record's first field name
+    draft = drafter.propose(context, 8)
+    assert draft.tokens == [14, 15] and draft.match == 4  # the values differ: stop there
+    assert memory.agreed(memory.recall(context), 8) == ([14, 15], 3)  # type: ignore[arg-type]
+    next_field = [*context, 14, 15, 399, 20, 21, 22, 23]  # four tokens past its value
+    assert drafter.propose(next_field, 8).tokens == [24, 25]
+
+
+def test_earlier_answers_that_disagree_draft_only_what_they_share() -> None:
+    memory = SpecMemory()
+    memory.add(record(0))
+    memory.add(record(1, skeleton_end=16))  # one in two continues otherwise after 14
+    drafter = SuffixDrafter(memory)
+    assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == [14]
+    memory.add(record(2))
+    memory.add(record(3))
+    memory.add(record(4))  # 4 of 5 agree: the share asked for (MIN_SHARE)
+    assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == [14, 15]
+
+
+def test_an_agreed_draft_stops_at_the_end_of_the_earlier_generations() -> None:
+    memory = SpecMemory()
+    for i in range(3):
+        memory.add([500 + i, 1, 2, 3, 4, 5, 6])
+    assert SuffixDrafter(memory).propose([9, 1, 2, 3, 4], 8).tokens == [5, 6]

@@ -294,8 +294,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--lengths", default="4,8,16", help="draft lengths to try")
     p.add_argument(
         "--modes",
-        default="ngram-simple,draft-self,draft-mtp,draft-model",
-        help="what to measure (default: every mode the target supports and every draft)",
+        default="ngram-simple,suffix+ngram-simple,draft-self,draft-mtp,draft-model",
+        help="what to measure (default: every mode the target supports and every draft; "
+        "suffix+ngram-simple drafts each prompt with the answers to the prompts probed before "
+        "it remembered, as a server would)",
     )
     p.add_argument(
         "--repeat",

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from localspec.engine.drafting import Draft
 from localspec.engine.spec_memory import SpecMemory
 
-# What followed a shorter match in an *earlier* request is mostly the shared skeleton of two
+# From this length on, a match is copied text, verified at once (adaptive.STRONG_MATCH).
+# What followed one shorter match in an *earlier* request is mostly the shared skeleton of two
 # different texts (the field names of two JSON records, the "Args:" of two docstrings), whose
-# values differ: measured, such drafts cost a batch of records 8-12% (docs/benchmarks.md).
-# From this length on, the match is copied text, verified at once (adaptive.STRONG_MATCH).
+# values differ: measured, such drafts cost a batch of records 8-12% (docs/benchmarks.md). So
+# shorter matches draft only what the earlier places agree on (``SpecMemory.agreed``), which
+# stops where the values start.
 MIN_MATCH = 12
 
 
@@ -28,8 +30,14 @@ class SuffixDrafter:
         """The memory holds earlier generations only: nothing to prepare."""
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
-        tokens, match = self.memory.lookup(context, n_max)
-        return Draft(tokens, match=match) if tokens and match >= MIN_MATCH else Draft()
+        recall = self.memory.recall(context)
+        if recall is None or n_max <= 0:
+            return Draft()
+        if recall.longest >= MIN_MATCH:
+            tokens = self.memory.follow(recall.longest_end, n_max)
+        else:
+            tokens, _ = self.memory.agreed(recall, n_max)
+        return Draft(tokens, match=recall.longest) if tokens else Draft()
 
     def accepted(self, n_accepted: int) -> None:
         """Stateless between rounds."""

@@ -9,7 +9,9 @@ n-gram, in sorted numpy segments merged as they grow (as a log-structured merge 
 segments, each searched by bisection). A lookup hashes the context's last KEY tokens, takes
 the most recent places they occurred, measures how far back each match goes (up to MAX_MATCH
 tokens, vectorised: the cost is O(segments + candidates x match), whatever the history's size)
-and proposes what followed the longest match (the most recent among equals).
+(``recall``). What followed the longest match is copied text when the match is long; when
+it is short, the places found are counted instead, as SuffixDecoding scores its tree: the
+continuation they agree on is the skeleton earlier answers share (``agreed``).
 
 Bounded: at most ``max_tokens`` tokens are kept (BYTES_PER_TOKEN each: the token, its hash
 and its position), the oldest generations evicted first, in batches (the index is rebuilt
@@ -20,12 +22,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 KEY = 4  # tokens a lookup must match to find candidates at all
 MAX_MATCH = 32  # how far back a match is measured
-MAX_CANDIDATES = 16  # most recent occurrences of the key examined per lookup
+MAX_CANDIDATES = 64  # most recent occurrences of the key examined per lookup
+MIN_SUPPORT = 2  # earlier places that must continue alike for an agreed draft (see agreed)
+MIN_SHARE = 0.8  # ... and the share of the places still followed they must be
 BYTES_PER_TOKEN = 16  # the token (4), its n-gram hash (8) and position (4): what the cap counts
 EVICT_TO = 0.9  # over the cap, the oldest generations go until this share of it is left
 SEPARATOR = -1  # between generations: no context holds it, so no match crosses it
@@ -42,6 +47,24 @@ def ngram_hashes(tokens: np.ndarray) -> np.ndarray:
     for i in range(KEY):
         h = (h ^ t[i : i + n]) * _MIX
     return h
+
+
+@dataclass(frozen=True)
+class Recall:
+    """Where the context's tail occurred before (end positions in the memory's token array,
+    most recent first) and how many tokens each place matched (at least KEY)."""
+
+    ends: np.ndarray
+    matches: np.ndarray
+
+    @property
+    def longest(self) -> int:
+        return int(self.matches.max())
+
+    @property
+    def longest_end(self) -> int:
+        """The most recent of the longest matches."""
+        return int(self.ends[int(np.argmax(self.matches))])
 
 
 class SpecMemory:
@@ -117,21 +140,49 @@ class SpecMemory:
     def lookup(self, context: Sequence[int], n_max: int) -> tuple[list[int], int]:
         """What followed the longest earlier match of the context's tail (at most ``n_max``
         tokens), and how many tokens matched (0: nothing found)."""
-        if len(context) < KEY or n_max <= 0 or not self._segments:
+        recall = self.recall(context) if n_max > 0 else None
+        if recall is None:
             return [], 0
+        return self.follow(recall.longest_end, n_max), recall.longest
+
+    def recall(self, context: Sequence[int]) -> Recall | None:
+        """The most recent earlier places the context's last KEY tokens occurred, and how far
+        back each matches (None: nowhere, or hash collisions only)."""
+        if len(context) < KEY or not self._segments:
+            return None
         tail = np.asarray(context[-MAX_MATCH:], dtype=np.int32)
         key = ngram_hashes(np.append(tail[-KEY:], 0))[0]
         candidates = self._candidates(key)
         if not candidates:
-            return [], 0
-        matches = matched_backwards_many(tail[::-1], self._arena, np.array(candidates))
-        best = int(np.argmax(matches))  # the first of the longest: the most recent
-        best_match, best_end = int(matches[best]), candidates[best]
-        if best_match < KEY:  # nothing, or a hash collision
-            return [], 0
-        follow = self._arena[best_end : best_end + n_max]
+            return None
+        ends = np.array(candidates)
+        matches = matched_backwards_many(tail[::-1], self._arena, ends)
+        real = matches >= KEY  # shorter: a hash collision
+        return Recall(ends[real], matches[real]) if real.any() else None
+
+    def follow(self, end: int, n_max: int) -> list[int]:
+        """Up to ``n_max`` tokens from ``end`` on, within its generation."""
+        follow = self._arena[end : end + n_max]
         stop = np.flatnonzero(follow == SEPARATOR)
-        return follow[: stop[0] if stop.size else follow.size].tolist(), best_match
+        return follow[: stop[0] if stop.size else follow.size].tolist()
+
+    def agreed(self, recall: Recall, n_max: int) -> tuple[list[int], int]:
+        """The continuation most of the recalled places share, token by token, for as long
+        as at least MIN_SUPPORT of them and MIN_SHARE of those still following agree; and how
+        many places continue with the whole of it. Where the text of earlier answers
+        differs (the values of two JSON records), they disagree and the draft stops."""
+        alive = recall.ends
+        tokens: list[int] = []
+        for depth in range(n_max):
+            following = self._arena[np.minimum(alive + depth, self._used - 1)]
+            values, counts = np.unique(following, return_counts=True)
+            best = int(np.argmax(counts))
+            token, support = int(values[best]), int(counts[best])
+            if token == SEPARATOR or support < MIN_SUPPORT or support < MIN_SHARE * alive.size:
+                break
+            tokens.append(token)
+            alive = alive[following == token]
+        return tokens, alive.size if tokens else 0
 
     def _candidates(self, key: np.uint64) -> list[int]:
         """End positions of the key's most recent occurrences, most recent first (later
