@@ -236,10 +236,14 @@ def test_probe_measures_the_memory_with_the_earlier_prompts_remembered(
     report = json.loads(capsys.readouterr().out)
     cells = {(m["mode"], m["prompt"]): m for m in report["measurements"]}
     assert set(cells) == {
-        (mode, name) for mode in ("ngram-simple", "suffix+ngram-simple") for name in ("first", "again")
+        (mode, name)
+        for mode in ("ngram-simple", "suffix+ngram-simple")
+        for name in ("first", "again")
     }
     first = cells["suffix+ngram-simple", "first"], cells["ngram-simple", "first"]
     assert first[0]["acceptance_rate"] == pytest.approx(first[1]["acceptance_rate"])
     again = cells["suffix+ngram-simple", "again"]
     assert again["acceptance_rate"] > 0.9 and again["mean_acceptance_length"] > 6
-    assert again["mean_acceptance_length"] > cells["ngram-simple", "again"]["mean_acceptance_length"]
+    assert (
+        again["mean_acceptance_length"] > cells["ngram-simple", "again"]["mean_acceptance_length"]
+    )
