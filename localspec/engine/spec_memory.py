@@ -171,18 +171,23 @@ class SpecMemory:
         as at least MIN_SUPPORT of them and MIN_SHARE of those still following agree; and how
         many places continue with the whole of it. Where the text of earlier answers
         differs (the values of two JSON records), they disagree and the draft stops."""
-        alive = recall.ends
-        tokens: list[int] = []
-        for depth in range(n_max):
-            following = self._arena[np.minimum(alive + depth, self._used - 1)]
-            values, counts = np.unique(following, return_counts=True)
+        steps = np.arange(n_max)
+        rows = self._arena[np.minimum(recall.ends[:, None] + steps, self._used - 1)]
+        depth = 0
+        while rows.shape[0] >= MIN_SUPPORT:
+            # the stretch every place still followed agrees on, in one step (most of a draft)
+            ahead = rows[:, depth:]
+            breaks = np.flatnonzero((ahead != ahead[0]).any(axis=0) | (ahead[0] == SEPARATOR))
+            if not breaks.size:
+                return rows[0].tolist(), rows.shape[0]
+            depth += int(breaks[0])
+            values, counts = np.unique(rows[:, depth], return_counts=True)
             best = int(np.argmax(counts))
-            token, support = int(values[best]), int(counts[best])
-            if token == SEPARATOR or support < MIN_SUPPORT or support < MIN_SHARE * alive.size:
+            token, support = values[best], int(counts[best])
+            if token == SEPARATOR or support < MIN_SUPPORT or support < MIN_SHARE * rows.shape[0]:
                 break
-            tokens.append(token)
-            alive = alive[following == token]
-        return tokens, alive.size if tokens else 0
+            rows = rows[rows[:, depth] == token]
+        return (rows[0, :depth].tolist(), rows.shape[0]) if depth else ([], 0)
 
     def _candidates(self, key: np.uint64) -> list[int]:
         """End positions of the key's most recent occurrences, most recent first (later
