@@ -109,11 +109,12 @@ def test_the_skeleton_earlier_answers_agree_on_is_drafted_up_to_the_values() -> 
 
 def test_earlier_answers_that_disagree_draft_only_what_they_share() -> None:
     memory = SpecMemory()
-    memory.add(record(0))
-    memory.add(record(1, skeleton_end=16))  # one in two continues otherwise after 14
     drafter = SuffixDrafter(memory)
+    memory.add(record(0))
+    memory.add(record(1))
+    assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == []  # two places: not enough
+    memory.add(record(2, skeleton_end=16))  # one in three continues otherwise after 14
     assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == [14]
-    memory.add(record(2))
     memory.add(record(3))
     memory.add(record(4))  # 4 of 5 agree: the share asked for (MIN_SHARE)
     assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == [14, 15]

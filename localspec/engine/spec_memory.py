@@ -29,7 +29,7 @@ import numpy as np
 KEY = 4  # tokens a lookup must match to find candidates at all
 MAX_MATCH = 32  # how far back a match is measured
 MAX_CANDIDATES = 64  # most recent occurrences of the key examined per lookup
-MIN_SUPPORT = 2  # earlier places that must continue alike for an agreed draft (see agreed)
+MIN_SUPPORT = 3  # earlier places that must continue alike for an agreed draft (see agreed)
 MIN_SHARE = 0.8  # ... and the share of the places still followed they must be
 BYTES_PER_TOKEN = 16  # the token (4), its n-gram hash (8) and position (4): what the cap counts
 EVICT_TO = 0.9  # over the cap, the oldest generations go until this share of it is left
