@@ -25,7 +25,8 @@ from localspec.api import Engine
 from localspec.errors import LocalspecError
 
 PLAIN, LOOKUP = "none", "ngram-simple"  # what every memory mode is compared with
-SPEEDUP_FROM = {"regenerate": 2, "agent": 2, "batch": 3, "docstrings": 3, "unrelated": 2}  # see docs/benchmarks.md
+# the first request of each scenario where the memory is expected to pay (docs/benchmarks.md)
+SPEEDUP_FROM = {"regenerate": 2, "agent": 2, "batch": 3, "docstrings": 3, "unrelated": 2}
 
 
 @dataclass(frozen=True)

@@ -252,8 +252,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=None,
         metavar="NAMES",
         help="run multi-request scenarios instead of prompts: regenerate, batch, docstrings, "
-        "agent, unrelated (comma-separated), or all; each request's speedup over plain decoding and over "
-        "ngram-simple",
+        "agent, unrelated (comma-separated), or all; each request's speedup over plain "
+        "decoding and over ngram-simple",
     )
     p.add_argument(
         "--prompts",
