@@ -162,7 +162,7 @@ def draftless_modes(target: GGUFInfo) -> list[tuple[str, bool, str]]:
         (
             "suffix+ngram-simple",
             True,
-            "first what earlier requests' answers continued with (the speculation memory)",
+            "earlier prompts and answers (the speculation memory), then as ngram-simple",
         ),
         ("draft-self", True, f"the target with some of its {target.n_layer} layers skipped"),
         (

@@ -161,9 +161,11 @@ def print_pairs(info, rows, notes, known) -> None:  # type: ignore[no-untyped-de
     for note in notes:
         console.print(f"note: {note}")
     console.print("[bold]draftless modes[/]:")
-    for mode, available, why in draftless_modes(info):
-        mark = "[green]yes[/]" if available else "[red]no[/]"
-        console.print(f"  {mode:13} {mark}  {why}")
+    modes = draftless_modes(info)
+    width = max(len(mode) for mode, _, _ in modes)
+    for mode, available, why in modes:
+        mark = "[green]yes[/]" if available else "[red]no[/] "
+        console.print(f"  {mode:{width}} {mark}  {why}")
     for p in known:
         console.print(
             f"catalog pair not on disk: {p.draft} ({p.note}); "
