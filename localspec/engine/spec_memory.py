@@ -171,6 +171,8 @@ class SpecMemory:
         as at least MIN_SUPPORT of them and MIN_SHARE of those still following agree; and how
         many places continue with the whole of it. Where the text of earlier answers
         differs (the values of two JSON records), they disagree and the draft stops."""
+        if recall.ends.size < MIN_SUPPORT:  # most lookups: nothing to gather
+            return [], 0
         steps = np.arange(n_max)
         rows = self._arena[np.minimum(recall.ends[:, None] + steps, self._used - 1)]
         depth = 0
