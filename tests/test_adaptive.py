@@ -328,3 +328,59 @@ def test_a_draft_resumed_mid_guess_is_evidence_about_that_depth() -> None:
     after = ctl.acceptance()
     assert after[depth] < before[depth]  # the depth the resume was judged at learns
     assert after[0] >= 0.9 * before[0]  # position 0 only decays
+
+
+def drafting_lookup() -> AdaptiveController:
+    """A lookup's controller drafting copied text (weak matches, every draft kept whole)."""
+    ctl = seen_lookup()
+    for _ in range(40):
+        k = ctl.fit(Draft([5] * 48, match=8)) if not ctl.paused else 0
+        if k == 0 and (n := ctl.shadow_length()):
+            ctl.observe(0, 0, 0.0, float(SMALL_CPU(np.array([1]))[0]))
+            ctl.observe_shadow(ShadowCheck(1.0, 0.0, 0, True, n, 8))
+            continue
+        ctl.observe(k, k, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    assert not ctl.paused
+    return ctl
+
+
+def test_a_key_length_whose_drafts_fail_is_checked_not_verified() -> None:
+    """Four-token keys that recur by chance: after their drafts fail, a draft on such a key
+    is not verified (its first token is checked for free instead), while drafts on longer
+    keys, which keep picking the copy up, still are."""
+    ctl = drafting_lookup()
+    for _ in range(2):  # two chance matches, rejected at their first token
+        k = ctl.fit(Draft([5] * 48, match=4))
+        assert k > 0
+        ctl.observe(k, 0, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    assert not ctl.paused
+    assert ctl.fit(Draft([5] * 48, match=4)) == 0
+    assert ctl.shadow_length() == 1 and ctl.shadow_length() == 0  # one free check, once
+    assert ctl.fit(Draft([5] * 48, match=8)) > 0
+
+
+def test_right_checks_bring_a_declined_key_length_back() -> None:
+    ctl = drafting_lookup()
+    for _ in range(2):
+        k = ctl.fit(Draft([5] * 48, match=4))
+        ctl.observe(k, 0, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    for _ in range(6):
+        if ctl.fit(Draft([5] * 48, match=4)):
+            break
+        n = ctl.shadow_length()
+        ctl.observe(0, 0, 0.0, float(SMALL_CPU(np.array([1]))[0]))
+        ctl.observe_shadow(ShadowCheck(1.0, 0.0, 0, True, n, 4))
+    assert ctl.fit(Draft([5] * 48, match=4)) > 0
+    assert not ctl.paused  # the checks of declined drafts touch nothing else
+
+
+def test_key_length_odds_lean_on_the_overall_estimate_until_they_have_evidence() -> None:
+    odds = adaptive.KeyLengthOdds(11)
+    assert odds.first_token(4, 0.7) == pytest.approx(0.7)
+    assert odds.first_token(12, 0.7) == 0.7  # a strong key is not theirs to judge
+    odds.record(4, 0.0)
+    odds.record(4, 0.0)
+    assert odds.first_token(4, 0.7) < 0.3
+    assert odds.first_token(6, 0.7) == pytest.approx(0.7)
+    odds.record(0, 1.0)  # not a lookup's draft: ignored
+    assert odds.first_token(0, 0.7) == 0.7

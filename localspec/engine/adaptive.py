@@ -33,6 +33,11 @@ stands (mid-round: that deep into the guessed continuation, judged by the accept
 measured at that depth), or after SHADOW_STREAK right guesses in a row (text being copied,
 where the a_i are near 1 but the evidence is still thin) if a short draft kept whole would
 pay at all.
+A lookup's draft also says how long a key it matched. Twelve tokens or more (a strong
+match) is copied text, verified at once on its own estimates; a shorter key is judged, before
+its draft is verified, by how often drafts on keys of that length kept their first token in
+this answer (``KeyLengthOdds``): four tokens of prose recur by chance, and a draft on a key
+length that keeps failing is only checked (for free, as a shadow guess), not verified.
 When even a fully accepted draft could not beat plain decoding (the drafter costs too much
 on this machine), the controller stops drafting and checking for the rest of the answer.
 The Engine keeps one controller per mode across generations: measured costs carry over.
@@ -73,6 +78,9 @@ HOPELESS_BELOW = 1.05
 # per position (such drafts are mostly kept whole) and are learnt per answer.
 STRONG_MATCH = 12
 STRONG_PRIOR = 0.95
+# A weak match's first token is judged by what drafts on keys of the same length did in this
+# answer (KeyLengthOdds): weight of the per-position estimate in that judgement, in drafts.
+KEY_PRIOR_TRIES = 1.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,38 @@ class AcceptanceEstimate:
         return estimates
 
 
+class KeyLengthOdds:
+    """How often the first token of a weak lookup draft was right, per length of the key it
+    matched: decayed counts, each shrunk towards the per-position estimate. In text that
+    does not repeat, four or five tokens recur by chance (a common phrase, a line of
+    boilerplate) and what followed them once is seldom what follows now, while a longer key
+    picks a copy back up after an edit: one estimate for every key length averages the two
+    and keeps drafting on the chance matches."""
+
+    def __init__(self, max_key: int) -> None:
+        self.hits = np.zeros(max_key + 1)
+        self.tries = np.zeros(max_key + 1)
+
+    def reset(self) -> None:
+        self.hits[:] = 0.0
+        self.tries[:] = 0.0
+
+    def record(self, key: int, acceptance: float) -> None:
+        if not 0 < key < self.tries.size:
+            return
+        self.hits *= DECAY
+        self.tries *= DECAY
+        self.hits[key] += acceptance
+        self.tries[key] += 1
+
+    def first_token(self, key: int, overall: float) -> float:
+        """The chance that a draft on a ``key``-token match keeps its first token, given
+        ``overall``, the per-position estimate for every weak draft."""
+        if not 0 < key < self.tries.size:
+            return overall
+        return (self.hits[key] + KEY_PRIOR_TRIES * overall) / (self.tries[key] + KEY_PRIOR_TRIES)
+
+
 class FixedLengthController:
     """Drafts ``n_max`` tokens every round, never pauses, never checks (``--no-adaptive``;
     the grammar-forced drafter, whose drafts are dictated and free)."""
@@ -178,6 +218,9 @@ class AdaptiveController:
         self._estimate = AcceptanceEstimate(n_max, PRIOR_ACCEPT / PRIOR_TRIES)
         self._strong = AcceptanceEstimate(n_max, STRONG_PRIOR)  # drafts on strong matches
         self._strong_round = False  # the round being verified was drafted on a strong match
+        self._key_odds = KeyLengthOdds(STRONG_MATCH - 1)  # weak drafts' first tokens, per key
+        self._round_key = 0  # the key length of the draft being verified
+        self._declined = False  # fit declined a weak draft: its first token is checked instead
         self._strong_cap = n_max  # how long the next strong draft may be (see fit)
         self._resume_depth = 0  # how deep into a guess the next verified draft starts
         self._draft_per_token = 0.0
@@ -201,6 +244,8 @@ class AdaptiveController:
         # acceptance is per answer: earlier answers (another kind of text) mislead
         self._estimate.reset()
         self._strong.reset()
+        self._key_odds.reset()
+        self._declined = False
         self._strong_cap = self.n_max
         self._resume_depth = 0
         self.draft_length = self._resume
@@ -241,17 +286,35 @@ class AdaptiveController:
         draft on a strong match, the length the strong drafts' own estimates choose."""
         k = self.next_draft_length()
         self._strong_round = False
+        self._round_key = draft.match
         if draft.match >= STRONG_MATCH and not self.hopeless:
             strong = self._best_length(acceptance=self._strong.estimates())
             k = max(k, min(strong, self._strong_cap))
             # whichever length won, the round is evidence about strong drafts only
             self._strong_round = k > 0
+        elif k and draft.match and not self._resume_depth and not self._key_pays(draft.match):
+            self._declined = True  # this round's shadow check guesses its first token
+            return 0
         return min(k, len(draft))
+
+    def _key_pays(self, key: int) -> bool:
+        """Whether a weak draft on a ``key``-token match is worth verifying, judged with the
+        first-token odds of that key length in this answer (only ever more cautious than
+        the per-position estimates that chose to draft)."""
+        acceptance = self.acceptance()
+        first = self._key_odds.first_token(key, float(acceptance[0]))
+        if first >= acceptance[0]:
+            return True
+        acceptance[0] = first
+        return self._best_length(acceptance=acceptance) > 0
 
     def shadow_length(self) -> int:
         """How many tokens this plain round's shadow check guesses (0: no check): one, or
         up to a whole draft when guessing costs next to nothing (a lookup). The length
         doubles while a guess costs under SHADOW_BUDGET of a step, and halves when not."""
+        if self._declined:  # free evidence about the declined key length
+            self._declined = False
+            return 1
         return self._guess_length if self._wants_shadow() else 0
 
     def _wants_shadow(self) -> bool:
@@ -286,6 +349,8 @@ class AdaptiveController:
             return
         depth, self._resume_depth = self._resume_depth, 0
         self._estimate.record_round(n_drafted, n_accepted, depth)
+        if depth == 0:
+            self._key_odds.record(self._round_key, float(n_accepted > 0))
         best = self._best_length()
         if best == 0:
             self.hopeless = self._is_hopeless(self._perfect_gains())
@@ -312,6 +377,10 @@ class AdaptiveController:
             return
         if check.match >= STRONG_MATCH:
             self._observe_strong_shadow(check)
+            return
+        if position == 0:
+            self._key_odds.record(check.match, acceptance)
+        if not self.paused:  # the check of a draft fit declined: evidence about its key only
             return
         if position == 0:
             self.shadow_checks += 1
