@@ -297,6 +297,7 @@ async def test_chat_exits_with_the_error_when_the_model_cannot_load(
         (["pull", "foo/bar:"], "names no file after ':'"),
         (["pull", "nonsense repo!!"], "OWNER/NAME[:FILE.gguf]"),
         (["serve", MISSING, "--host", "not a host!", "--port", "0"], "cannot listen on"),
+        (["serve", MISSING, "--host", "\x00", "--port", "0"], "is not a host name or address"),
     ],
 )
 def test_more_bad_input_found_by_trying(capsys, argv, expected) -> None:  # type: ignore[no-untyped-def]

@@ -51,6 +51,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
             "pick another --port (0: any free one), stop the program using it, or check --host",
         ) from None
+    except (TypeError, ValueError) as exc:  # a host no resolver takes (a NUL, bad IDNA)
+        sock.close()
+        raise LocalspecError(
+            f"--host {host!r} is not a host name or address: {exc}",
+            "give an address such as 127.0.0.1 or a host name",
+        ) from None
     sock.set_inheritable(True)
     return sock
 
