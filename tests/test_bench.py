@@ -128,6 +128,12 @@ def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
         "n_draft   = 48\nn_drafted = 96\nn_accept  = 61\naccept    = 63.5%"
     )
     assert parsed == native.NativeRun(pytest.approx(51.864), 96, 61)
+    # its last round overshoots the tokens asked for: those extra tokens are not counted
+    over = native.parse_run("decoded  241 tokens in    9.047 seconds, speed:   26.638 t/s\n", 192)
+    assert over.tokens_per_s == pytest.approx(192 / 9.047)
+    assert native.parse_run("decoded  64 tokens in 1.234 seconds, speed: 51.864 t/s", 64) == (
+        native.NativeRun(pytest.approx(51.864), 0, 0)
+    )
 
 
 def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
