@@ -125,3 +125,30 @@ def test_an_agreed_draft_stops_at_the_end_of_the_earlier_generations() -> None:
     for i in range(3):
         memory.add([500 + i, 1, 2, 3, 4, 5, 6])
     assert SuffixDrafter(memory).propose([9, 1, 2, 3, 4], 8).tokens == [5, 6]
+
+
+def test_a_copy_broken_by_an_edit_resumes_as_soon_as_the_key_matches_again() -> None:
+    memory = SpecMemory()
+    earlier = list(range(500, 600))  # a file written before
+    memory.add(earlier)
+    memory.add(list(range(700, 720)) + earlier[60:64] + list(range(900, 920)))  # elsewhere
+    drafter = SuffixDrafter(memory)
+    copied = earlier[:30]
+    assert drafter.propose(copied, 8).tokens == earlier[30:38]  # a long match: copied
+    edited = [*copied, 1, 2, *earlier[32:36]]  # two tokens changed, then the file again
+    draft = drafter.propose(edited, 8)
+    assert draft.tokens == earlier[36:44] and draft.match == 4  # the evidence: 4 tokens
+    # the same short match without a copy that broke just before is not copied
+    assert SuffixDrafter(memory).propose(edited, 8).tokens == []
+
+
+def test_a_short_match_far_from_the_broken_copy_is_not_taken_for_it() -> None:
+    memory = SpecMemory()
+    earlier = list(range(500, 600))
+    memory.add(earlier)
+    drafter = SuffixDrafter(memory)
+    assert drafter.propose(earlier[:30], 8).tokens == earlier[30:38]
+    # 4 tokens of the file from 40 tokens later: not where the copy would resume
+    assert drafter.propose([*earlier[:30], 1, *earlier[70:74]], 8).tokens == []
+    # long after the copy broke, nothing is resumed
+    assert drafter.propose([*earlier[:30], *range(1, 80), *earlier[40:44]], 8).tokens == []

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from localspec.engine.drafting import Draft
-from localspec.engine.spec_memory import SpecMemory
+from localspec.engine.spec_memory import SEPARATOR, Recall, SpecMemory
 
 # From this length on, a match is copied text, verified at once (adaptive.STRONG_MATCH).
 # What followed one shorter match in an *earlier* request is mostly the shared skeleton of two
@@ -17,6 +19,12 @@ from localspec.engine.spec_memory import SpecMemory
 # shorter matches draft only what the earlier places agree on (``SpecMemory.agreed``), which
 # stops where the values start.
 MIN_MATCH = 12
+# After the output departs from a remembered text it was copying (an edited line of a file
+# written again), a short match just past the point of departure is that text resuming, not
+# chance: it is copied as a long match is. How far past (beyond the tokens written since),
+# and for how long after the last long match the copy is looked for.
+RESYNC_WINDOW = 16
+RESYNC_GAP = 64
 
 
 class SuffixDrafter:
@@ -25,22 +33,44 @@ class SuffixDrafter:
 
     def __init__(self, memory: SpecMemory) -> None:
         self.memory = memory
+        # the last copy: the memory position that continued it, and the context length then
+        self._anchor: tuple[int, int] | None = None
 
     def begin(self, prompt: Sequence[int]) -> None:
         """The memory holds earlier generations only: nothing to prepare."""
+        self._anchor = None
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         recall = self.memory.recall(context)
         if recall is None or n_max <= 0:
             return Draft()
-        if recall.longest >= MIN_MATCH:
-            tokens = self.memory.follow(recall.longest_end, n_max)
-        else:
+        end = recall.longest_end if recall.longest >= MIN_MATCH else self._resync(recall, context)
+        if end is None:
             tokens, _ = self.memory.agreed(recall, n_max)
+        else:
+            self._anchor = (end, len(context))
+            tokens = self.memory.follow(end, n_max)
         return Draft(tokens, match=recall.longest) if tokens else Draft()
 
+    def _resync(self, recall: Recall, context: Sequence[int]) -> int | None:
+        """A recalled place just past where the last copy would have been by now, in the same
+        generation: the remembered text resuming after an edit (None: no such place)."""
+        if self._anchor is None:
+            return None
+        anchor, at = self._anchor
+        written = len(context) - at
+        if written > RESYNC_GAP:
+            self._anchor = None
+            return None
+        expected = anchor + written  # where the copy would be had nothing been edited
+        ends = recall.ends[(recall.ends > anchor) & (recall.ends <= expected + RESYNC_WINDOW)]
+        for end in ends[np.argsort(np.abs(ends - expected), kind="stable")]:  # nearest first
+            if not np.any(self.memory.tokens(anchor, int(end)) == SEPARATOR):
+                return int(end)
+        return None
+
     def accepted(self, n_accepted: int) -> None:
-        """Stateless between rounds."""
+        """The copy's place is found again from the context: nothing to sync."""
 
     def close(self) -> None:
         """The memory outlives the generation."""

@@ -166,6 +166,10 @@ class SpecMemory:
         stop = np.flatnonzero(follow == SEPARATOR)
         return follow[: stop[0] if stop.size else follow.size].tolist()
 
+    def tokens(self, start: int, end: int) -> np.ndarray:
+        """The memory's tokens from ``start`` to ``end`` (separators included)."""
+        return self._arena[start:end]
+
     def agreed(self, recall: Recall, n_max: int) -> tuple[list[int], int]:
         """The continuation most of the recalled places share, token by token, for as long
         as at least MIN_SUPPORT of them and MIN_SHARE of those still following agree; and how
