@@ -21,8 +21,9 @@ from localspec.engine.spec_memory import SEPARATOR, Recall, SpecMemory
 MIN_MATCH = 12
 # After the output departs from a remembered text it was copying (an edited line of a file
 # written again), a short match just past the point of departure is that text resuming, not
-# chance: it is copied as a long match is. How far past (beyond the tokens written since),
-# and for how long after the last long match the copy is looked for.
+# chance: it is followed again (as a short match: the controller sizes the draft). How far
+# past (beyond the tokens written since), and for how long after the copy's last draft, the
+# copy is looked for.
 RESYNC_WINDOW = 16
 RESYNC_GAP = 64
 
