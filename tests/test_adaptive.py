@@ -248,6 +248,39 @@ def test_a_chain_checks_each_paused_drafter_and_credits_the_guesser() -> None:
     assert 2 + 198 / 16 - 2 <= parts[1].shadow_checks <= 2 + 198 / 16 + 2
 
 
+class FixedDrafter:
+    """A lookup that always drafts the same tokens on a key of ``match`` tokens."""
+
+    def __init__(self, name: str, tokens: list[int], match: int) -> None:
+        self.name, self.draft = name, Draft(tokens, match=match)
+
+    def begin(self, prompt: object) -> None: ...
+
+    def propose(self, context: object, n_max: int) -> Draft:
+        return self.draft.truncated(n_max)
+
+    def accepted(self, n_accepted: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_a_draft_its_controller_declines_leaves_the_round_to_the_next_drafter() -> None:
+    """A weak memory match while the memory's drafter is paused must not hide the strong
+    match the prompt lookup after it has: the lookup's draft is verified."""
+    memory = FixedDrafter("suffix", [1, 2, 3, 4], match=4)
+    prompt = FixedDrafter("ngram-simple", [5] * 16, match=adaptive.STRONG_MATCH)
+    chain = ChainedDrafter([memory, prompt], [None, None])
+    control = ChainController(chain, [seen_lookup(), seen_lookup()])
+    draft = chain.propose([1, 2, 3], control.proposal_length())
+    assert draft.source == "ngram-simple" and control.fit(draft) >= 8
+    # when no drafter's controller would verify its draft, the first one's is checked
+    chain.drafters[1] = FixedDrafter("ngram-simple", [5] * 16, match=4)
+    draft = chain.propose([1, 2, 3], control.proposal_length())
+    assert draft.source == "suffix" and control.fit(draft) == 0
+    # a shadow guess is only scored: the first drafter with a guess makes it
+    assert chain.propose([1, 2, 3], control.shadow_length() or 1).source == "suffix"
+
+
 def strong(n: int) -> Draft:
     return Draft([5] * n, match=adaptive.STRONG_MATCH)
 

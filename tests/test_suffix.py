@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from localspec.drafters.suffix import SuffixDrafter
+from localspec.drafters.suffix import MIN_MATCH, SuffixDrafter
+from localspec.engine.adaptive import STRONG_MATCH
 from localspec.engine.spec_memory import KEY, SpecMemory, matched_backwards
 from localspec.errors import LocalspecError
 from localspec.modes import canonical, parse_mode
@@ -137,7 +138,8 @@ def test_a_copy_broken_by_an_edit_resumes_as_soon_as_the_key_matches_again() -> 
     assert drafter.propose(copied, 8).tokens == earlier[30:38]  # a long match: copied
     edited = [*copied, 1, 2, *earlier[32:36]]  # two tokens changed, then the file again
     draft = drafter.propose(edited, 8)
-    assert draft.tokens == earlier[36:44] and draft.match == 4  # the evidence: 4 tokens
+    # drafted as the copy it resumes: a strong match, which the controller verifies at once
+    assert draft.tokens == earlier[36:44] and draft.match == MIN_MATCH == STRONG_MATCH
     # the same short match without a copy that broke just before is not copied
     assert SuffixDrafter(memory).propose(edited, 8).tokens == []
 

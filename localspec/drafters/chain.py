@@ -1,8 +1,11 @@
 """Chained drafters (``--mode ngram-simple+draft-model``): the first that has a draft wins.
 
 llama.cpp's precedence rule: the lookup drafter is asked first; only when it has nothing is
-the neural drafter run. Each draft is tagged with the drafter that made it, so statistics
-are kept per drafter as well as in total.
+the neural drafter run. One refinement: a draft its own controller would not verify (a weak
+match while that drafter is paused) does not take the round from the drafters after it, so a
+remembered phrase the memory is unsure of does not hide the copy ngram-simple found in the
+prompt. Each draft is tagged with the drafter that made it, so statistics are kept per
+drafter as well as in total.
 
 Each drafter of a chain also has its own adaptive controller (``ChainController``): an
 n-gram lookup that copies a file earns 48-token drafts while the neural drafter, between
@@ -11,7 +14,7 @@ two copies, may earn 3 or none, and one shared estimate would serve both badly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController, ShadowCheck
@@ -20,7 +23,9 @@ from localspec.engine.drafting import Draft, Drafter
 
 class ChainedDrafter:
     """``limits[i]``: the most tokens drafter i may draft this round (None: the loop's
-    limit; 0: skip it). A ``ChainController`` rewrites them every round."""
+    limit; 0: skip it). A ``ChainController`` rewrites them every round, and sets ``judge``
+    (how many tokens of drafter i's draft would be verified) while a round's draft, not a
+    shadow guess, is asked for."""
 
     def __init__(self, drafters: Sequence[Drafter], limits: Sequence[int | None]) -> None:
         self.drafters = list(drafters)
@@ -28,22 +33,33 @@ class ChainedDrafter:
         self.name = ",".join(d.name for d in self.drafters)
         self.catch_up_per_token: float | None = None  # each link's own: ChainController
         self.last_source: int | None = None  # index of the drafter of the last draft
+        self.judge: Callable[[int, Draft], int] | None = None
 
     def begin(self, prompt: Sequence[int]) -> None:
         for drafter in self.drafters:
             drafter.begin(prompt)
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
+        """The first draft the judge would verify some of; if none, the first draft (its
+        controller then checks it, as a shadow guess)."""
         self.last_source = None
+        first: tuple[int, Draft] | None = None
         for i, (drafter, limit) in enumerate(zip(self.drafters, self.limits, strict=True)):
             n = n_max if limit is None else min(n_max, limit)
             if n <= 0:
                 continue
             draft = drafter.propose(context, n)
-            if draft.tokens:
+            if not draft.tokens:
+                continue
+            draft = replace(draft, source=drafter.name)
+            if self.judge is None or self.judge(i, draft) > 0:
                 self.last_source = i
-                return replace(draft, source=drafter.name)
-        return Draft()
+                return draft
+            first = first or (i, draft)
+        if first is None:
+            return Draft()
+        self.last_source = first[0]
+        return first[1]
 
     def accepted(self, n_accepted: int) -> None:
         # every drafter follows the accepted text, whoever drafted it
@@ -65,6 +81,7 @@ class ChainController:
         self.chain = chain
         self.parts = list(parts)
         self._shadow_source: int | None = None  # the drafter whose shadow round is followed
+        self._fitted: dict[int, int] = {}  # this round's judgements: drafter -> length
         self.start()
 
     def start(self) -> None:
@@ -78,17 +95,30 @@ class ChainController:
 
     def proposal_length(self) -> int:
         self.chain.limits = [part.proposal_length() for part in self.parts]
+        self.chain.judge = self._judge
+        self._fitted = {}
         return max(self.chain.limits)
+
+    def _judge(self, source: int, draft: Draft) -> int:
+        """Asked by the chain for each draft in turn: the drafter's own controller decides
+        (once per round: its decision is remembered for ``fit``)."""
+        self._fitted[source] = self.parts[source].fit(draft)
+        return self._fitted[source]
 
     def fit(self, draft: Draft) -> int:
         """The drafter that made the draft decides how much of it is verified."""
         source = self.chain.last_source
-        return 0 if source is None else self.parts[source].fit(draft)
+        if source is None:
+            return 0
+        if source in self._fitted:
+            return self._fitted[source]
+        return self.parts[source].fit(draft)
 
     def shadow_length(self) -> int:
         """Shadow checks go to the drafters whose controllers want one (each with its own
         guess length): the first of them with a guess makes it, as for a real draft."""
         self.chain.limits = [part.shadow_length() for part in self.parts]
+        self.chain.judge = None  # a guess is only scored: no controller is asked to fit it
         return max(self.chain.limits)
 
     def observe_shadow(self, check: ShadowCheck) -> None:

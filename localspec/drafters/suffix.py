@@ -21,9 +21,10 @@ from localspec.engine.spec_memory import SEPARATOR, Recall, SpecMemory
 MIN_MATCH = 12
 # After the output departs from a remembered text it was copying (an edited line of a file
 # written again), a short match just past the point of departure is that text resuming, not
-# chance: it is followed again (as a short match: the controller sizes the draft). How far
-# past (beyond the tokens written since), and for how long after the copy's last draft, the
-# copy is looked for.
+# chance: it is followed again, with the evidence of the copy it continues (drafted as a
+# strong match: waiting for 12 tokens to match again costs a dozen plain steps per edit). How
+# far past (beyond the tokens written since), and for how long after the copy's last draft,
+# the copy is looked for.
 RESYNC_WINDOW = 16
 RESYNC_GAP = 64
 
@@ -45,13 +46,15 @@ class SuffixDrafter:
         recall = self.memory.recall(context)
         if recall is None or n_max <= 0:
             return Draft()
-        end = recall.longest_end if recall.longest >= MIN_MATCH else self._resync(recall, context)
+        match = recall.longest
+        end = recall.longest_end if match >= MIN_MATCH else self._resync(recall, context)
         if end is None:
             tokens, _ = self.memory.agreed(recall, n_max)
         else:
+            match = max(match, MIN_MATCH)  # a long match, or the copy it resumes
             self._anchor = (end, len(context))
             tokens = self.memory.follow(end, n_max)
-        return Draft(tokens, match=recall.longest) if tokens else Draft()
+        return Draft(tokens, match=match) if tokens else Draft()
 
     def _resync(self, recall: Recall, context: Sequence[int]) -> int | None:
         """A recalled place just past where the last copy would have been by now, in the same
