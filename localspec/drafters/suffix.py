@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.engine.drafting import Draft
-from localspec.engine.spec_memory import SEPARATOR, Recall, SpecMemory
+from localspec.engine.spec_memory import Recall, SpecMemory
 
 # From this length on, a match is copied text, verified at once (adaptive.STRONG_MATCH).
 # What followed one shorter match in an *earlier* request is mostly the shared skeleton of two
@@ -69,7 +69,7 @@ class SuffixDrafter:
         expected = anchor + written  # where the copy would be had nothing been edited
         ends = recall.ends[(recall.ends > anchor) & (recall.ends <= expected + RESYNC_WINDOW)]
         for end in ends[np.argsort(np.abs(ends - expected), kind="stable")]:  # nearest first
-            if not np.any(self.memory.tokens(anchor, int(end)) == SEPARATOR):
+            if self.memory.same_generation(anchor, int(end)):
                 return int(end)
         return None
 

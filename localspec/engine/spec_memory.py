@@ -166,9 +166,9 @@ class SpecMemory:
         stop = np.flatnonzero(follow == SEPARATOR)
         return follow[: stop[0] if stop.size else follow.size].tolist()
 
-    def tokens(self, start: int, end: int) -> np.ndarray:
-        """The memory's tokens from ``start`` to ``end`` (separators included)."""
-        return self._arena[start:end]
+    def same_generation(self, start: int, end: int) -> bool:
+        """Whether positions ``start`` to ``end`` lie within one remembered generation."""
+        return not np.any(self._arena[start:end] == SEPARATOR)
 
     def agreed(self, recall: Recall, n_max: int) -> tuple[list[int], int]:
         """The continuation most of the recalled places share, token by token, for as long
