@@ -34,7 +34,7 @@ from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.drafting import Drafter
 from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, RoundEvent, SpecConfig, SpeculativeLoop
-from localspec.engine.model_context import ContextOptions, ModelContext
+from localspec.engine.model_context import FLASH_ATTN_CHOICES, ContextOptions, ModelContext
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.settings import GenerationSettings
@@ -197,6 +197,7 @@ class Engine:
         n_threads: int | None = None,
         n_gpu_layers: int | None = None,
         n_gpu_layers_draft: int | None = None,
+        flash_attn: str = "auto",
         spec: SpecConfig | None = None,
         ngram: NgramParams | None = None,
         progress: Callable[[str, float], None] | None = None,
@@ -207,6 +208,8 @@ class Engine:
     ) -> Engine:
         """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
         ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1).
+        ``flash_attn``: "on", "off", or "auto" (off on the CPU, where it slows verify
+        batches; llama.cpp's choice on a GPU).
         ``self_layers``/``self_quant``: the layers ``draft-self`` keeps and its weight type
         (``--spec-self-layers``, ``--spec-self-quant``). ``spec_memory_mb``: the cap of the
         suffix drafter's memory of earlier generations (0: none); ``spec_memory_path``: a
@@ -217,6 +220,11 @@ class Engine:
         spec.validate()
         ngram = ngram or NgramParams()
         validate_ngram(ngram)
+        if flash_attn not in FLASH_ATTN_CHOICES:
+            raise LocalspecError(
+                f"flash_attn={flash_attn!r} is not a flash-attention setting",
+                f"use one of {', '.join(FLASH_ATTN_CHOICES)}",
+            )
         target_path = resolve_model(target)
         if n_threads is None:
             n_threads = threads_now()
@@ -251,6 +259,7 @@ class Engine:
                 n_gpu_layers,
                 n_rs_seq=min(spec.n_max, MAX_RECURRENT_ROLLBACK),
                 load_mtp=draft_kind == "draft-mtp",
+                flash_attn=flash_attn,
             ),
             partial(progress, "target") if progress else None,
         )
@@ -264,7 +273,9 @@ class Engine:
                 draft_backend = ModelContext(
                     draft_path,
                     # the target's context, also when -c 0 let llama.cpp choose it
-                    ContextOptions(target_backend.n_ctx, n_threads, n_gpu_layers_draft),
+                    ContextOptions(
+                        target_backend.n_ctx, n_threads, n_gpu_layers_draft, flash_attn=flash_attn
+                    ),
                     partial(progress, "draft") if progress else None,
                 )
                 if draft_kind == "draft-model":

@@ -33,6 +33,9 @@ class NativeSettings:
     threads: int
     n_ctx: int
     n_max: int
+    # as localspec's target context has it ("on", "off", "auto"): what is compared is the
+    # speculation, not the attention kernel
+    flash_attn: str = "auto"
 
 
 def supported(mode: str) -> bool:
@@ -74,6 +77,8 @@ def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float)
         str(s.n_ctx),
         "--seed",
         "0",
+        "-fa",
+        s.flash_attn,
         "--spec-type",
         spec_type(mode),
         "--spec-draft-n-max",

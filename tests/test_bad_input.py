@@ -65,6 +65,7 @@ FLAG_CASES = [
     (["run", MISSING, "--threads", "0"], "argument -t/--threads: 0 is out of range"),
     (["run", MISSING, "--threads", "-1"], "leave -t out to use every physical core"),
     (["run", MISSING, "-ngl", "-2"], "argument -ngl/--gpu-layers/--n-gpu-layers"),
+    (["run", MISSING, "--flash-attn", "maybe"], "argument -fa/--flash-attn: invalid choice"),
     (["run", MISSING, "--spec-draft-n-max", "0"], "argument --spec-draft-n-max"),
     (["run", MISSING, "--spec-draft-p-min", "nan"], "argument --spec-draft-p-min"),
     (["run", MISSING, "--spec-ngram-simple-size-n", "0"], "--spec-ngram-simple-size-n"),

@@ -100,7 +100,9 @@ def test_a_divergence_says_how_far_from_a_tie_it_is() -> None:
 
 
 def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
-    s = native.NativeSettings(tmp_path, Path("/m/t.gguf"), Path("/m/d.gguf"), 64, 2, 4096, 8)
+    s = native.NativeSettings(
+        tmp_path, Path("/m/t.gguf"), Path("/m/d.gguf"), 64, 2, 4096, 8, flash_attn="off"
+    )
     cmd = native.command(s, "draft-model", Path("/tmp/p.txt"), 0.0)
     assert cmd[0] == str(tmp_path / "llama-speculative-simple")
     joined = " ".join(cmd)
@@ -113,6 +115,7 @@ def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
         "--temp 0",
         "-t 2",
         "-c 4096",
+        "-fa off",
         "--spec-draft-n-max 8",
     ):
         assert part in joined

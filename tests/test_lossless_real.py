@@ -6,6 +6,8 @@ run: drafted > 0 and accepted > 0, so it cannot be silently off."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from localspec import Engine, SpecConfig
@@ -77,3 +79,16 @@ def test_target_as_its_own_draft_accepts_nearly_everything(qwen_self_draft: Engi
         assert_stats_consistent(r)
     print(f"\nself-draft: {accepted}/{drafted} accepted")
     assert drafted > 0 and accepted / drafted >= 0.98
+
+
+def test_speculation_is_lossless_with_flash_attention_on_too(qwen_path: Path) -> None:
+    """On the CPU flash attention is off unless asked for (``flash_attn_setting``); asked
+    for, the verify batches run llama.cpp's other attention kernel, and stay lossless."""
+    import llama_cpp
+
+    with Engine.load(qwen_path, mode="ngram-simple", flash_attn="on") as engine:
+        assert engine.target.flash_attn == "on"
+        check_mode(engine, "ngram-simple")
+    if not llama_cpp.llama_supports_gpu_offload():
+        with Engine.load(qwen_path, mode="ngram-simple", n_ctx=256) as engine:
+            assert engine.target.flash_attn == "off"

@@ -134,6 +134,7 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
         engine.target.options.n_threads or default_threads(),
         options["n_ctx"],
         options["spec"].n_max,
+        engine.target.flash_attn,
     )
     out = []
     for cell in cells:

@@ -10,6 +10,7 @@ from localspec import argtypes as at
 from localspec.api import Engine
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
+from localspec.engine.model_context import FLASH_ATTN_CHOICES
 from localspec.memory_bank import DEFAULT_MEMORY_MB
 from localspec.modes import LOOKUP_MODES
 
@@ -71,6 +72,15 @@ def add_machine_flags(p: argparse.ArgumentParser) -> None:
         type=at.gpu_layers,
         default=None,
         help="draft layers to offload to the GPU",
+    )
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        dest="flash_attn",
+        choices=FLASH_ATTN_CHOICES,
+        default="auto",
+        help="flash attention (auto: off on the CPU, where it slows verify batches; "
+        "llama.cpp's choice on a GPU)",
     )
 
 
@@ -220,6 +230,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         n_threads=args.threads,
         n_gpu_layers=args.gpu_layers,
         n_gpu_layers_draft=args.gpu_layers_draft,
+        flash_attn=args.flash_attn,
         spec=spec,
         ngram=ngram,
         self_layers=args.spec_self_layers,

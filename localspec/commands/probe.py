@@ -166,7 +166,12 @@ def run_all(
         max_pairs=args.repeat,
         budget=budget,
     )
-    options = dict(n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+    options = dict(
+        n_ctx=args.ctx_size,
+        n_threads=args.threads,
+        n_gpu_layers=args.gpu_layers,
+        flash_attn=args.flash_attn,
+    )
     console.print(
         f"probing {run.target.name}: {len(prompts)} prompt(s), {args.n_predict} tokens, "
         f"draft lengths {lengths}, {args.repeat} runs at most per cell, budget {args.budget:g} s"

@@ -36,6 +36,7 @@ from localspec.progress import status
 from localspec.vocab import Vocab
 
 PREFILL_CHUNK = 64  # reproducible prompt evaluation: chunks at fixed positions (see evaluate)
+FLASH_ATTN_CHOICES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,33 @@ class ContextOptions:
     # snapshots per decode; ignored by attention-only models)
     n_rs_seq: int = 0
     load_mtp: bool = False  # load the NextN/MTP layers too (``draft-mtp``)
+    flash_attn: str = "auto"  # "on", "off", or "auto" (see ``flash_attn_type``)
+
+
+def runs_on_cpu(options: ContextOptions) -> bool:
+    """Whether every layer stays on the CPU (-ngl 0, or a llama.cpp built without a GPU)."""
+    return options.n_gpu_layers == 0 or not llama_cpp.llama_supports_gpu_offload()
+
+
+def flash_attn_setting(options: ContextOptions) -> str:
+    """What llama.cpp is told for ``options.flash_attn``: "on", "off", or "auto". "auto"
+    turns it off when the model runs on the CPU: there llama.cpp's flash-attention kernel
+    walks the whole cache once per query row, so a verify batch of k tokens pays its
+    attention k times where the plain path shares one pass between them. Measured, verify
+    batches cost much less with it off once the context holds a few hundred tokens, one-token
+    steps the same, prompt processing a little more (docs/benchmarks.md). On a GPU llama.cpp
+    decides."""
+    if options.flash_attn == "auto" and runs_on_cpu(options):
+        return "off"
+    return options.flash_attn
+
+
+def flash_attn_type(options: ContextOptions) -> int:
+    """``flash_attn_setting`` as llama.cpp's enum."""
+    return {
+        "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    }.get(flash_attn_setting(options), llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
 
 
 class ModelContext:
@@ -74,6 +102,7 @@ class ModelContext:
             status(f"context: {self.n_ctx} tokens (-c 0: the model's trained length)")
         # llama.cpp caps the batch at the context size: ask it rather than trust the request.
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
+        self.flash_attn = flash_attn_setting(options)  # as llama.cpp was told
         self.tokens: list[int] = []
         # leading positions whose cache rows came from prefill in aligned n_batch chunks
         self.prefilled = 0
@@ -127,6 +156,7 @@ class ModelContext:
         params.n_rs_seq = options.n_rs_seq
         threads = options.n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
+        params.flash_attn_type = flash_attn_type(options)
         params.no_perf = True
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         try:

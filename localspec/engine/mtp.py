@@ -41,7 +41,7 @@ import numpy as np
 from localspec.derivation.gguf_info import gguf_info
 from localspec.engine import nextn_ext
 from localspec.engine.llama_lib import recent_log
-from localspec.engine.model_context import ModelContext
+from localspec.engine.model_context import ModelContext, flash_attn_type
 from localspec.errors import LocalspecError
 from localspec.hardware import default_threads
 
@@ -102,6 +102,7 @@ class MtpContext:
         params.n_batch = params.n_ubatch = target.n_batch
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = target.options.n_threads or default_threads()
+        params.flash_attn_type = flash_attn_type(target.options)  # the target's, as its cache
         params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
         params.ctx_other = target.ctx
         params.no_perf = True

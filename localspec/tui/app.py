@@ -39,6 +39,7 @@ class ChatOptions:
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     n_gpu_layers_draft: int | None = None
+    flash_attn: str = "auto"
     self_layers: str | None = None
     self_quant: str = "auto"
     spec_memory_mb: float = DEFAULT_MEMORY_MB
