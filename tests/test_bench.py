@@ -149,9 +149,10 @@ def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
 
 
 def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
-    assert main(["doctor", str(smollm_path)]) == 0
+    assert main(["doctor", str(smollm_path), "-fa", "on"]) == 0
     out = capsys.readouterr().out
     assert "ceiling for speculation here" in out and "GPU offload" in out
+    assert "flash attention on" in " ".join(out.split())
     assert "machine quiet" in out or "machine busy" in out
 
 
