@@ -77,17 +77,20 @@ def test_a_cleared_memory_drafts_nothing() -> None:
     assert memory.lookup(list(range(20)), 4) == ([], 0) and memory.n_tokens == 0
 
 
-def test_one_short_match_is_not_drafted_a_long_one_is() -> None:
+def test_one_short_match_is_drafted_as_weak_a_long_one_as_strong() -> None:
     """What followed one 6-token match of an earlier request is as likely a value of another
-    record as text to copy: not drafted; a 12-token match is copied text."""
+    record as text to copy: drafted with its key length, which the controller weighs (it
+    verifies weak drafts only while their key length pays); a 12-token match is copied text."""
     memory = SpecMemory()
     memory.add([7, 8, 9, 10, 11, 12, 60, 61, 62, 63])
     drafter = SuffixDrafter(memory)
     skeleton = [1, 2, 3, 7, 8, 9, 10, 11, 12]
     assert memory.lookup(skeleton, 4) == ([60, 61, 62, 63], 6)
-    assert drafter.propose(skeleton, 4).tokens == []
+    draft = drafter.propose(skeleton, 4)
+    assert draft.tokens == [60, 61, 62, 63] and draft.match == 6 < STRONG_MATCH
     memory.add([*range(200, 220), 90, 91])
-    assert drafter.propose(list(range(200, 220)), 2).tokens == [90, 91]
+    draft = drafter.propose(list(range(200, 220)), 2)
+    assert draft.tokens == [90, 91] and draft.match >= STRONG_MATCH
 
 
 def record(i: int, skeleton_end: int = 15) -> list[int]:
@@ -113,7 +116,9 @@ def test_earlier_answers_that_disagree_draft_only_what_they_share() -> None:
     drafter = SuffixDrafter(memory)
     memory.add(record(0))
     memory.add(record(1))
-    assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == []  # two places: not enough
+    # two places are too few to agree: the most recent one's word, as a weak draft
+    draft = drafter.propose([7, 10, 11, 12, 13], 8)
+    assert draft.tokens == record(1)[5:13] and draft.match == 4
     memory.add(record(2, skeleton_end=16))  # one in three continues otherwise after 14
     assert drafter.propose([7, 10, 11, 12, 13], 8).tokens == [14]
     memory.add(record(3))
@@ -140,8 +145,8 @@ def test_a_copy_broken_by_an_edit_resumes_as_soon_as_the_key_matches_again() -> 
     draft = drafter.propose(edited, 8)
     # drafted as the copy it resumes: a strong match, which the controller verifies at once
     assert draft.tokens == earlier[36:44] and draft.match == MIN_MATCH == STRONG_MATCH
-    # the same short match without a copy that broke just before is not copied
-    assert SuffixDrafter(memory).propose(edited, 8).tokens == []
+    # the same short match without a copy that broke just before is only a weak draft
+    assert SuffixDrafter(memory).propose(edited, 8).match == 4
 
 
 def test_a_short_match_far_from_the_broken_copy_is_not_taken_for_it() -> None:
@@ -150,7 +155,7 @@ def test_a_short_match_far_from_the_broken_copy_is_not_taken_for_it() -> None:
     memory.add(earlier)
     drafter = SuffixDrafter(memory)
     assert drafter.propose(earlier[:30], 8).tokens == earlier[30:38]
-    # 4 tokens of the file from 40 tokens later: not where the copy would resume
-    assert drafter.propose([*earlier[:30], 1, *earlier[70:74]], 8).tokens == []
+    # 4 tokens of the file from 40 tokens later: not where the copy would resume (weak)
+    assert drafter.propose([*earlier[:30], 1, *earlier[70:74]], 8).match == 4
     # long after the copy broke, nothing is resumed
-    assert drafter.propose([*earlier[:30], *range(1, 80), *earlier[40:44]], 8).tokens == []
+    assert drafter.propose([*earlier[:30], *range(1, 80), *earlier[40:44]], 8).match == 4

@@ -13,11 +13,14 @@ from localspec.engine.drafting import Draft
 from localspec.engine.spec_memory import Recall, SpecMemory
 
 # From this length on, a match is copied text, verified at once (adaptive.STRONG_MATCH).
-# What followed one shorter match in an *earlier* request is mostly the shared skeleton of two
+# What followed a shorter match in an *earlier* request is often the shared skeleton of two
 # different texts (the field names of two JSON records, the "Args:" of two docstrings), whose
-# values differ: measured, such drafts cost a batch of records 8-12% (docs/benchmarks.md). So
-# shorter matches draft only what the earlier places agree on (``SpecMemory.agreed``), which
-# stops where the values start.
+# values differ. So a shorter match drafts what the earlier places agree on
+# (``SpecMemory.agreed``), which stops where the values start; where they do not agree (or
+# one place is all there is), the most recent longest match's continuation is drafted as the
+# weak match it is: the controller verifies it only while drafts on keys of that length keep
+# paying in this answer, and otherwise checks it for free as a shadow guess, leaving the
+# round to the drafter chained after (docs/benchmarks.md).
 MIN_MATCH = 12
 # After the output departs from a remembered text it was copying (an edited line of a file
 # written again), a short match just past the point of departure is that text resuming, not
@@ -50,6 +53,8 @@ class SuffixDrafter:
         end = recall.longest_end if match >= MIN_MATCH else self._resync(recall, context)
         if end is None:
             tokens, _ = self.memory.agreed(recall, n_max)
+            if not tokens:  # no agreement: one place's word, weighed by the controller
+                tokens = self.memory.follow(recall.longest_end, n_max)
         else:
             match = max(match, MIN_MATCH)  # a long match, or the copy it resumes
             self._anchor = (end, len(context))
