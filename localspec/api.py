@@ -34,7 +34,12 @@ from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.drafting import Drafter
 from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, RoundEvent, SpecConfig, SpeculativeLoop
-from localspec.engine.model_context import FLASH_ATTN_CHOICES, ContextOptions, ModelContext
+from localspec.engine.model_context import (
+    FLASH_ATTN_CHOICES,
+    ContextOptions,
+    FlashAttn,
+    ModelContext,
+)
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.settings import GenerationSettings
@@ -197,7 +202,7 @@ class Engine:
         n_threads: int | None = None,
         n_gpu_layers: int | None = None,
         n_gpu_layers_draft: int | None = None,
-        flash_attn: str = "auto",
+        flash_attn: FlashAttn = "auto",
         spec: SpecConfig | None = None,
         ngram: NgramParams | None = None,
         progress: Callable[[str, float], None] | None = None,

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from localspec.engine.model_context import FlashAttn
 from localspec.errors import LocalspecError
 from localspec.modes import parse_mode
 
@@ -33,9 +34,9 @@ class NativeSettings:
     threads: int
     n_ctx: int
     n_max: int
-    # as localspec's target context has it ("on", "off", "auto"): what is compared is the
-    # speculation, not the attention kernel
-    flash_attn: str = "auto"
+    # as localspec's target context has it (``ModelContext.flash_attn``): what is compared is
+    # the speculation, not the attention kernel
+    flash_attn: FlashAttn
 
 
 def supported(mode: str) -> bool:

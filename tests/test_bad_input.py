@@ -306,3 +306,15 @@ def test_more_bad_input_found_by_trying(capsys, argv, expected) -> None:  # type
     assert_refused(code, text, expected)
     assert "usage:" not in text  # one line and a hint, not argparse's usage block
     assert "warning" not in text  # nothing said before the error about what never happened
+
+
+def test_a_flash_attention_setting_is_checked_before_any_model_loads() -> None:
+    from localspec import Engine, LocalspecError
+    from localspec.engine.model_context import ContextOptions, flash_attn_setting
+
+    with pytest.raises(LocalspecError, match="not a flash-attention setting"):
+        Engine.load(MISSING, flash_attn="maybe")  # type: ignore[arg-type]
+    # "auto" is off when every layer stays on the CPU; an explicit choice is kept
+    assert flash_attn_setting(ContextOptions(n_gpu_layers=0)) == "off"
+    assert flash_attn_setting(ContextOptions(n_gpu_layers=0, flash_attn="on")) == "on"
+    assert flash_attn_setting(ContextOptions(n_gpu_layers=99, flash_attn="off")) == "off"

@@ -143,7 +143,7 @@ def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
     tools = Path(__file__).resolve().parents[1] / "native"
     if not (tools / native.TOOL).exists():
         pytest.skip("llama.cpp tools not built (scripts/build-llama-cpp-tools native)")
-    s = native.NativeSettings(tools, qwen_path, None, 16, 2, 2048, 16)
+    s = native.NativeSettings(tools, qwen_path, None, 16, 2, 2048, 16, "off")
     run = native.run(s, "ngram-simple", "def fib(n):", 0.0)
     assert run.tokens_per_s > 0 and 0 <= run.accepted <= run.drafted
 

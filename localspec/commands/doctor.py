@@ -35,7 +35,11 @@ def run(args: argparse.Namespace) -> int:
     args.mode, args.draft = "ngram-simple", None
     with Engine.load(**engine_options(args)) as engine:
         cost = engine.verify_cost()
-        console.print(f"model: {engine.target_path}; flash attention {engine.target.flash_attn}")
+        fa = engine.target.flash_attn
+        console.print(
+            f"model: {engine.target_path}; flash attention "
+            f"{'auto (llama.cpp decides)' if fa == 'auto' else fa}"
+        )
         console.print(
             f"one-token step {1000 * cost.seconds[0]:.1f} ms; "
             f"batch of {int(cost.sizes[-1])} {1000 * cost.seconds[-1]:.1f} ms"

@@ -19,6 +19,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import llama_cpp
 import numpy as np
@@ -36,7 +37,8 @@ from localspec.progress import status
 from localspec.vocab import Vocab
 
 PREFILL_CHUNK = 64  # reproducible prompt evaluation: chunks at fixed positions (see evaluate)
-FLASH_ATTN_CHOICES = ("auto", "on", "off")
+FlashAttn = Literal["auto", "on", "off"]
+FLASH_ATTN_CHOICES: tuple[FlashAttn, ...] = get_args(FlashAttn)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class ContextOptions:
     # snapshots per decode; ignored by attention-only models)
     n_rs_seq: int = 0
     load_mtp: bool = False  # load the NextN/MTP layers too (``draft-mtp``)
-    flash_attn: str = "auto"  # "on", "off", or "auto" (see ``flash_attn_type``)
+    flash_attn: FlashAttn = "auto"  # see ``flash_attn_setting``
 
 
 def runs_on_cpu(options: ContextOptions) -> bool:
@@ -58,7 +60,7 @@ def runs_on_cpu(options: ContextOptions) -> bool:
     return options.n_gpu_layers == 0 or not llama_cpp.llama_supports_gpu_offload()
 
 
-def flash_attn_setting(options: ContextOptions) -> str:
+def flash_attn_setting(options: ContextOptions) -> FlashAttn:
     """What llama.cpp is told for ``options.flash_attn``: "on", "off", or "auto". "auto"
     turns it off when the model runs on the CPU: there llama.cpp's flash-attention kernel
     walks the whole cache once per query row, so a verify batch of k tokens pays its

@@ -11,7 +11,9 @@ the most recent places they occurred, measures how far back each match goes (up 
 tokens, vectorised: the cost is O(segments + candidates x match), whatever the history's size)
 (``recall``). What followed the longest match is copied text when the match is long; when
 it is short, the places found are counted instead, as SuffixDecoding scores its tree: the
-continuation they agree on is the skeleton earlier answers share (``agreed``).
+continuation they agree on is the skeleton earlier answers share (``agreed``); where they
+disagree, the suffix drafter offers the longest match's continuation as a weak draft, for
+the adaptive controller to weigh (``drafters/suffix.py``).
 
 Bounded: at most ``max_tokens`` tokens are kept (BYTES_PER_TOKEN each: the token, its hash
 and its position), the oldest generations evicted first, in batches (the index is rebuilt

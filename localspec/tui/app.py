@@ -17,6 +17,7 @@ from textual.reactive import reactive
 from localspec.api import Engine
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
+from localspec.engine.model_context import FlashAttn
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
 from localspec.memory_bank import DEFAULT_MEMORY_MB
@@ -39,7 +40,7 @@ class ChatOptions:
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     n_gpu_layers_draft: int | None = None
-    flash_attn: str = "auto"
+    flash_attn: FlashAttn = "auto"
     self_layers: str | None = None
     self_quant: str = "auto"
     spec_memory_mb: float = DEFAULT_MEMORY_MB
