@@ -277,8 +277,10 @@ def test_a_draft_its_controller_declines_leaves_the_round_to_the_next_drafter() 
     chain.drafters[1] = FixedDrafter("ngram-simple", [5] * 16, match=4)
     draft = chain.propose([1, 2, 3], control.proposal_length())
     assert draft.source == "suffix" and control.fit(draft) == 0
-    # a shadow guess is only scored: the first drafter with a guess makes it
+    # a shadow guess is only scored: the lookup on the longest key makes it, the first on a tie
     assert chain.propose([1, 2, 3], control.shadow_length() or 1).source == "suffix"
+    chain.drafters[1] = FixedDrafter("ngram-simple", [5] * 16, match=7)
+    assert chain.propose([1, 2, 3], control.shadow_length() or 1).source == "ngram-simple"
 
 
 def strong(n: int) -> Draft:

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController, ShadowCheck
 from localspec.engine.drafting import Draft, Drafter
+from localspec.modes import LOOKUP_MODES
 
 
 class ChainedDrafter:
@@ -41,25 +42,31 @@ class ChainedDrafter:
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         """The first draft the judge would verify some of; if none, the first draft (its
-        controller then checks it, as a shadow guess)."""
+        controller then checks it, as a shadow guess). Without a judge (a shadow guess), the
+        lookup draft on the longest key: a memory that matches four tokens of nearly any
+        context must not keep the prompt lookup's longer matches from ever being checked."""
         self.last_source = None
-        first: tuple[int, Draft] | None = None
+        chosen: tuple[int, Draft] | None = None
         for i, (drafter, limit) in enumerate(zip(self.drafters, self.limits, strict=True)):
             n = n_max if limit is None else min(n_max, limit)
             if n <= 0:
                 continue
+            if self.judge is None and chosen and drafter.name not in LOOKUP_MODES:
+                break  # a lookup's guess is in hand: a neural one would cost a draft step
             draft = drafter.propose(context, n)
             if not draft.tokens:
                 continue
             draft = replace(draft, source=drafter.name)
-            if self.judge is None or self.judge(i, draft) > 0:
+            if self.judge is not None and self.judge(i, draft) > 0:
                 self.last_source = i
                 return draft
-            first = first or (i, draft)
-        if first is None:
+            longer = self.judge is None and chosen is not None and draft.match > chosen[1].match
+            if chosen is None or longer:
+                chosen = (i, draft)
+        if chosen is None:
             return Draft()
-        self.last_source = first[0]
-        return first[1]
+        self.last_source = chosen[0]
+        return chosen[1]
 
     def accepted(self, n_accepted: int) -> None:
         # every drafter follows the accepted text, whoever drafted it
