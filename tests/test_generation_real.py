@@ -149,9 +149,9 @@ def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
     # While paused, a lookup guesses a whole continuation and the loop checks one position
     # per plain step, as verification would have: the round goes on while the target's
     # token is the guessed one and ends at the first other token (or when used up); each
-    # check is scored by the chance verification would accept it (greedy: 1 or 0).
-    french = next(p for p in builtin_prompts() if p.kind == "french").text
-    prompt = qwen.tokenize_prompt(french, chat=True, system=None)
+    # check is scored by the chance verification would accept it (greedy: 1 or 0). A code
+    # edit: the answer copies the prompt's code, so the lookup has guesses whatever is sampled.
+    prompt = qwen.tokenize_prompt(CODE_EDIT, chat=True, system=None)
     control, lookup = CheckingControl(), RecordingLookup()
     sampling = SamplingParams(temperature=temperature, seed=1)
     loop = SpeculativeLoop(qwen.target, prompt, lookup, sampling, SpecConfig(), 96, control=control)
