@@ -150,7 +150,7 @@ def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
     # per plain step, as verification would have: the round goes on while the target's
     # token is the guessed one and ends at the first other token (or when used up); each
     # check is scored by the chance verification would accept it (greedy: 1 or 0). A code
-    # edit: the answer copies the prompt's code, so the lookup has guesses whatever is sampled.
+    # edit: the sampled answer copies the prompt's code, so the lookup has guesses to check.
     prompt = qwen.tokenize_prompt(CODE_EDIT, chat=True, system=None)
     control, lookup = CheckingControl(), RecordingLookup()
     sampling = SamplingParams(temperature=temperature, seed=1)
