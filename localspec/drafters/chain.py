@@ -14,7 +14,7 @@ two copies, may earn 3 or none, and one shared estimate would serve both badly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController, ShadowCheck
@@ -42,27 +42,49 @@ class ChainedDrafter:
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         """The first draft the judge would verify some of; if none, the first draft (its
-        controller then checks it, as a shadow guess). Without a judge (a shadow guess), the
-        lookup draft on the longest key: a memory that matches four tokens of nearly any
-        context must not keep the prompt lookup's longer matches from ever being checked."""
+        controller then checks it, as a shadow guess). Without a judge, a shadow guess."""
         self.last_source = None
-        chosen: tuple[int, Draft] | None = None
-        for i, (drafter, limit) in enumerate(zip(self.drafters, self.limits, strict=True)):
-            n = n_max if limit is None else min(n_max, limit)
-            if n <= 0:
-                continue
-            if self.judge is None and chosen and drafter.name not in LOOKUP_MODES:
-                break  # a lookup's guess is in hand: a neural one would cost a draft step
-            draft = drafter.propose(context, n)
-            if not draft.tokens:
-                continue
-            draft = replace(draft, source=drafter.name)
-            if self.judge is not None and self.judge(i, draft) > 0:
+        if self.judge is None:
+            return self._shadow_guess(context, n_max)
+        first: tuple[int, Draft] | None = None
+        for i, draft in self._drafts(context, n_max):
+            if self.judge(i, draft) > 0:
                 self.last_source = i
                 return draft
-            longer = self.judge is None and chosen is not None and draft.match > chosen[1].match
-            if chosen is None or longer:
+            first = first or (i, draft)
+        return self._chosen(first)
+
+    def _shadow_guess(self, context: Sequence[int], n_max: int) -> Draft:
+        """The lookup draft on the longest key (the first on a tie): a memory that matches
+        four tokens of nearly any context must not keep the prompt lookup's longer matches
+        from ever being checked. Once a lookup's guess is in hand, a neural drafter is not
+        asked (its guess would cost a draft step)."""
+        chosen: tuple[int, Draft] | None = None
+
+        def worth_asking(i: int) -> bool:
+            return chosen is None or self.drafters[i].name in LOOKUP_MODES
+
+        for i, draft in self._drafts(context, n_max, worth_asking):
+            if chosen is None or draft.match > chosen[1].match:
                 chosen = (i, draft)
+        return self._chosen(chosen)
+
+    def _drafts(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        worth_asking: Callable[[int], bool] = lambda i: True,
+    ) -> Iterator[tuple[int, Draft]]:
+        """Each asked drafter's non-empty draft in chain order, tagged with its drafter."""
+        for i, (drafter, limit) in enumerate(zip(self.drafters, self.limits, strict=True)):
+            n = n_max if limit is None else min(n_max, limit)
+            if n <= 0 or not worth_asking(i):
+                continue
+            draft = drafter.propose(context, n)
+            if draft.tokens:
+                yield i, replace(draft, source=drafter.name)
+
+    def _chosen(self, chosen: tuple[int, Draft] | None) -> Draft:
         if chosen is None:
             return Draft()
         self.last_source = chosen[0]
