@@ -121,19 +121,26 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
     return choice.mode, choice.draft, replace(spec, n_max=n_max, n_min=min(spec.n_min, n_max))
 
 
+def validate_memory_cap(max_mb: object) -> None:
+    number = isinstance(max_mb, int | float) and not isinstance(max_mb, bool)
+    if not number or not 0 <= max_mb < float("inf"):  # type: ignore[operator]
+        raise LocalspecError(
+            f"spec_memory_mb must be a finite number of MB >= 0 (got {max_mb!r})",
+            "0 turns the memory off (--no-spec-memory on the command line)",
+        )
+
+
 def load_memories(
     target: ModelContext, max_mb: float, path: str | os.PathLike[str] | None
 ) -> MemoryBank:
     """The suffix drafter's memories for this target: token ids belong to its vocabulary,
     so a memory file names the model it was written for."""
-    if not max_mb >= 0:
-        raise LocalspecError(f"--spec-memory-mb must be >= 0 (got {max_mb})")
     model = f"{target.path.name}|{target.n_vocab}"
     if path is None:
-        return MemoryBank(max_mb, None, model)
+        return MemoryBank(max_mb, None, model, target.n_vocab)
     path = Path(path)
     check_output_path(path, "--spec-memory")
-    return MemoryBank(max_mb, path, model)
+    return MemoryBank(max_mb, path, model, target.n_vocab)
 
 
 class Engine:
@@ -221,6 +228,7 @@ class Engine:
         file that keeps it across runs (``--spec-memory``; True: the cache's file for this
         target)."""
         mode = resolve_mode(mode, draft is not None)
+        validate_memory_cap(spec_memory_mb)
         spec = spec or SpecConfig()
         spec.validate()
         ngram = ngram or NgramParams()
@@ -237,8 +245,9 @@ class Engine:
             mode, draft, spec = auto_choice(target_path, spec)
         if spec_memory_mb == 0 and SuffixDrafter.name in parse_mode(mode):
             raise LocalspecError(
-                f"--mode {mode} drafts from the speculation memory, which is turned off",
-                "drop --no-spec-memory, or choose a mode without suffix",
+                f"--mode {mode} drafts from the speculation memory, which is turned off "
+                "(--no-spec-memory, spec_memory_mb=0)",
+                "turn the memory on, or choose a mode without suffix",
             )
         if spec_memory_path is True:
             spec_memory_path = default_memory_file(target_path)
@@ -472,6 +481,11 @@ class Engine:
         sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
         if s.max_tokens is not None and s.max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {s.max_tokens})")
+        if not isinstance(s.memory_partition, str):
+            raise LocalspecError(
+                f"memory_partition is a name (got {s.memory_partition!r})",
+                "give a string, e.g. one per user",
+            )
         mode = self.mode if s.mode is None else canonical(s.mode)
         if not self.mode_available(mode):
             raise LocalspecError(
@@ -516,7 +530,8 @@ class Engine:
             yield from loop.rounds()
         finally:
             # everything written, whatever the mode: the suffix drafter's evidence
-            self.memories.remember([*tokens, *loop.output.tokens], s.memory_partition)
+            if s.remember:
+                self.memories.remember([*tokens, *loop.output.tokens], s.memory_partition)
             if drafter is not None:
                 drafter.close()
             if state is not None:

@@ -19,8 +19,18 @@ COMMANDS = (run, pairs, models, pull, probe, chat, bench, doctor, serve)  # help
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad flag said in one line and a hint instead of the usage block."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n  hint: see `{self.prog} --help`\n")
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
+        prog = prog or self.prog
+        self.exit(2, f"{prog}: error: {message}\n  hint: see `{prog} --help`\n")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
+        """As argparse, but a flag no command knows points to that command's help."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.error(f"unrecognized arguments: {' '.join(extras)}", prog)
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:

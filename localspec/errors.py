@@ -17,3 +17,7 @@ class LocalspecError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class EngineFailure(LocalspecError):
+    """llama.cpp failed while generating: not the request's fault (a server answers 500)."""

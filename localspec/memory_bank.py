@@ -5,14 +5,17 @@ draft, and so leak into timing, another user's answers); everything else uses th
 partition. Partitions are named by a digest of their key: the file never holds a key.
 
 ``--spec-memory PATH`` keeps the memories across runs in one ``.npz`` file (numpy arrays, no
-pickles), written atomically: at most every SAVE_EVERY_S while generating, and at close. A
-damaged file is refused with a warning and replaced at the next save; a file written for
-another model (token ids mean nothing across vocabularies) is refused with an error.
+pickles), written atomically: at most every SAVE_EVERY_S while generating, and at close
+(through a symbolic link, the file it points to). A damaged memory file is refused with a
+warning and replaced at the next save; a file written for another model (token ids mean
+nothing across vocabularies), or any file that is not a memory file (a model, notes, a
+device), is refused with an error and never overwritten.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import zipfile
 from pathlib import Path
@@ -29,6 +32,15 @@ FORMAT = "localspec-spec-memory-1"
 SAVE_EVERY_S = 60.0
 DEFAULT_PARTITION = ""
 DEFAULT_MEMORY_MB = 50.0
+# How every memory file starts: a zip entry (numpy's .npz) whose first member is "format"
+# (``save`` writes it first). A file that starts otherwise was not written by localspec.
+ZIP_ENTRY = b"PK\x03\x04"
+FIRST_MEMBER = b"format.npy"
+FIRST_MEMBER_AT = 30  # after a zip entry's fixed header
+
+
+class DamagedMemory(ValueError):
+    """A memory file localspec wrote, no longer whole (its reason, in words)."""
 
 
 def partition_for_key(api_key: str) -> str:
@@ -43,15 +55,20 @@ def default_memory_file(target: Path) -> Path:
 
 class MemoryBank:
     """``max_mb``: the cap of each partition (0: remember nothing); ``path``: the file kept
-    (None: memory lives as long as the process); ``model``: what the token ids belong to."""
+    (None: memory lives as long as the process); ``model``: what the token ids belong to;
+    ``n_vocab``: how many ids there are (a file holding others is damaged)."""
 
-    def __init__(self, max_mb: float, path: Path | None = None, model: str = "") -> None:
-        self.max_mb, self.path, self.model = max_mb, path, model
+    def __init__(
+        self, max_mb: float, path: Path | None = None, model: str = "", n_vocab: int = 0
+    ) -> None:
+        self.max_mb, self.model, self.n_vocab = max_mb, model, n_vocab
+        # a link stays a link: the file it points to is the one rewritten
+        self.path = Path(os.path.realpath(path)) if path is not None else None
         self._memories: dict[str, SpecMemory] = {}
         self._dirty = False
         self._saved_at = time.monotonic()
-        if path is not None and path.exists():
-            self._load(path)
+        if self.path is not None and self.path.exists():
+            self._load(self.path)
 
     @property
     def enabled(self) -> bool:
@@ -93,42 +110,86 @@ class MemoryBank:
         self._dirty, self._saved_at = False, time.monotonic()
 
     def _load(self, path: Path) -> None:
+        refuse_foreign_file(path)
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {k: data[k] for k in data.files}
-            parts = _documents(arrays, self.model, path)
-        except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile, EOFError) as exc:
-            status(
-                f"localspec: warning: --spec-memory {path} is damaged ({exc}); starting an "
-                "empty memory (the file is rewritten at the next save)"
-            )
-            self._dirty = True  # replace the damaged file even if nothing is generated
+            parts = _documents(arrays, self.model, self.n_vocab, path)
+        except DamagedMemory as exc:
+            self._start_over(path, str(exc))
+            return
+        except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile, EOFError):
+            self._start_over(path, "it cannot be read whole")
             return
         for name, doc in parts:
             self.partition(name).add(doc)
+        if parts:
+            status(f"localspec: speculation memory: {len(parts)} earlier generations from {path}")
+
+    def _start_over(self, path: Path, reason: str) -> None:
+        status(
+            f"localspec: warning: the speculation memory {path} is damaged ({reason}); "
+            "starting an empty memory (the file is rewritten at the next save)"
+        )
+        self._dirty = True  # replace the damaged file even if nothing is generated
+
+
+def refuse_foreign_file(path: Path) -> None:
+    """Refuse a path that is not a memory file localspec wrote (an empty file aside):
+    rewriting it would destroy whatever it is."""
+    hint = "give --spec-memory (spec_memory_path) a new file name, or a memory file it wrote"
+    if not path.is_file():
+        raise LocalspecError(f"{path} is not a regular file: refusing to use it as memory", hint)
+    try:
+        with path.open("rb") as f:
+            head = f.read(FIRST_MEMBER_AT + len(FIRST_MEMBER))
+    except OSError as exc:
+        raise LocalspecError(f"cannot read the speculation memory {path}: {exc}", hint) from None
+    if head and (head[:4] != ZIP_ENTRY or head[FIRST_MEMBER_AT:] != FIRST_MEMBER):
+        raise LocalspecError(
+            f"{path} is not a localspec speculation-memory file: refusing to overwrite it", hint
+        )
 
 
 def _documents(
-    arrays: dict[str, np.ndarray], model: str, path: Path
+    arrays: dict[str, np.ndarray], model: str, n_vocab: int, path: Path
 ) -> list[tuple[str, np.ndarray]]:
-    """(partition, tokens) of each remembered generation, oldest first; ValueError or
-    KeyError when the file is not one localspec wrote whole."""
-    if str(arrays["format"]) != FORMAT:
-        raise ValueError(f"not a localspec memory file (format {str(arrays['format'])!r})")
-    if str(arrays["model"]) != model:
+    """(partition, tokens) of each remembered generation, oldest first; DamagedMemory (or
+    KeyError: an array missing) when the file is not one localspec wrote whole."""
+    if _text(arrays["format"]) != FORMAT:
+        raise DamagedMemory(f"format {_text(arrays['format'])!r}")
+    if _text(arrays["model"]) != model:
         raise LocalspecError(
             f"--spec-memory {path} holds the memory of another model ({arrays['model']})",
             "give each model its own file (or --spec-memory without a path: one per model)",
         )
-    names, owner, lengths = arrays["partitions"], arrays["partition"], arrays["lengths"]
-    tokens = arrays["tokens"]
+    names = arrays["partitions"]
+    owner, lengths, tokens = (_integers(arrays, k) for k in ("partition", "lengths", "tokens"))
+    if names.dtype.kind != "U" or names.ndim != 1:
+        raise DamagedMemory("its partitions are not names")
     whole = owner.shape == lengths.shape and int(lengths.sum()) == tokens.size
     if not whole or lengths.min(initial=1) < 1:
-        raise ValueError("its documents do not add up")
+        raise DamagedMemory("its documents do not add up")
     if owner.size and not 0 <= int(owner.min()) <= int(owner.max()) < names.size:
-        raise ValueError("a document names no partition")
+        raise DamagedMemory("a document names no partition")
+    beyond = n_vocab if n_vocab > 0 else np.iinfo(np.int32).max
+    if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= beyond):
+        raise DamagedMemory("it holds token ids outside the model's vocabulary")
     ends = np.cumsum(lengths)
     return [
-        (str(names[p]), tokens[end - n : end])
+        (str(names[p]), tokens[end - n : end].astype(np.int32))
         for p, n, end in zip(owner.tolist(), lengths.tolist(), ends.tolist(), strict=True)
     ]
+
+
+def _text(array: np.ndarray) -> str:
+    if array.dtype.kind != "U" or array.ndim != 0:
+        raise DamagedMemory("its header is not text")
+    return str(array)
+
+
+def _integers(arrays: dict[str, np.ndarray], name: str) -> np.ndarray:
+    array = arrays[name]
+    if array.dtype.kind not in "iu" or array.ndim != 1:
+        raise DamagedMemory(f"its {name} are not a list of integers")
+    return array

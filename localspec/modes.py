@@ -23,6 +23,8 @@ EXAMPLES = (
 def parse_mode(mode: str) -> tuple[str, ...]:
     """``'ngram-simple+draft-model'`` (or with a comma) -> ('ngram-simple', 'draft-model'),
     validated."""
+    if not isinstance(mode, str):
+        raise LocalspecError(f"a mode is a name such as 'ngram-simple' (got {mode!r})")
     parts = tuple(p.strip() for p in mode.replace("+", ",").split(","))
     unknown = [p for p in parts if p not in SINGLE_MODES]
     if unknown:

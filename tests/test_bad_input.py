@@ -299,6 +299,7 @@ async def test_chat_exits_with_the_error_when_the_model_cannot_load(
         (["pull", "nonsense repo!!"], "OWNER/NAME[:FILE.gguf]"),
         (["serve", MISSING, "--host", "not a host!", "--port", "0"], "cannot listen on"),
         (["serve", MISSING, "--host", "\x00", "--port", "0"], "is not a host name or address"),
+        (["serve", MISSING, "--no-such-flag"], "see `localspec serve --help`"),
     ],
 )
 def test_more_bad_input_found_by_trying(capsys, argv, expected) -> None:  # type: ignore[no-untyped-def]
@@ -318,3 +319,28 @@ def test_a_flash_attention_setting_is_checked_before_any_model_loads() -> None:
     assert flash_attn_setting(ContextOptions(n_gpu_layers=0)) == "off"
     assert flash_attn_setting(ContextOptions(n_gpu_layers=0, flash_attn="on")) == "on"
     assert flash_attn_setting(ContextOptions(n_gpu_layers=99, flash_attn="off")) == "off"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"spec_memory_mb": "50"}, "spec_memory_mb must be a finite number"),
+        ({"spec_memory_mb": float("inf")}, "spec_memory_mb must be a finite number"),
+        ({"spec_memory_mb": -5}, "spec_memory_mb must be a finite number"),
+        ({"mode": 5}, "a mode is a name"),
+    ],
+)
+def test_python_api_arguments_of_the_wrong_type_are_refused_before_loading(
+    options: dict, expected: str
+) -> None:  # type: ignore[type-arg]
+    from localspec import Engine, LocalspecError
+
+    with pytest.raises(LocalspecError, match=expected):
+        Engine.load(MISSING, **options)
+
+
+def test_a_memory_partition_is_a_name(qwen) -> None:  # type: ignore[no-untyped-def]
+    from localspec import LocalspecError
+
+    with pytest.raises(LocalspecError, match="memory_partition is a name"):
+        qwen.generate("x", max_tokens=2, memory_partition=3)

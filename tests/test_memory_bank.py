@@ -3,6 +3,7 @@ and rebuilt, another model's refused), and lookup cost with a full memory."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -108,3 +109,80 @@ def test_an_unwritable_memory_file_is_a_warning_not_a_lost_answer(tmp_path: Path
     bank.remember([1, 2, 3, 4, *ANSWER])
     bank.save()
     assert "cannot save --spec-memory" in capsys.readouterr().err
+
+
+def _written(path: Path) -> None:
+    bank = MemoryBank(1.0, path, "model-a", 1000)
+    bank.remember([1, 2, 3, 4, *ANSWER])
+    bank.save()
+
+
+@pytest.mark.parametrize(
+    "content", [b"GGUF\x03\x00\x00\x00 weights", b"my notes\n", b"PK\x03\x04 another zip"]
+)
+def test_a_file_that_is_not_a_memory_file_is_refused_and_left_alone(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "precious"
+    path.write_bytes(content)
+    with pytest.raises(LocalspecError, match="not a localspec speculation-memory file"):
+        MemoryBank(1.0, path, "model-a")
+    assert path.read_bytes() == content
+
+
+def test_a_device_is_refused() -> None:
+    with pytest.raises(LocalspecError, match="not a regular file"):
+        MemoryBank(1.0, Path(os.devnull), "model-a")
+
+
+def test_an_empty_file_is_taken_as_an_empty_memory(tmp_path: Path) -> None:
+    path = tmp_path / "mem.npz"
+    path.touch()
+    bank = MemoryBank(1.0, path, "model-a")
+    bank.remember([1, 2, 3, 4, *ANSWER])
+    bank.save()
+    assert MemoryBank(1.0, path, "model-a").partition().lookup([1, 2, 3, 4], 2)[0] == ANSWER[:2]
+
+
+def test_a_linked_memory_file_is_rewritten_through_its_link(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    real, link = tmp_path / "real" / "mem.npz", tmp_path / "mem.npz"
+    _written(real)
+    link.symlink_to(real)
+    bank = MemoryBank(1.0, link, "model-a", 1000)
+    bank.remember([9, 8, 7, 6, 5, 4])
+    bank.save()
+    assert link.is_symlink()
+    assert MemoryBank(1.0, real, "model-a").partition().lookup([9, 8, 7, 6], 2)[0] == [5, 4]
+
+
+def _rewritten(path: Path, **changes: np.ndarray) -> None:
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays.update(changes)
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"lengths": np.array([44.0])},  # not integers
+        {"tokens": np.array([str(t) for t in [1, 2, 3, 4, *ANSWER]])},
+        {"tokens": np.array([1, 2, 3, 4, *ANSWER[:-1], 10**9])},  # beyond the vocabulary
+        {"tokens": np.array([-5, 2, 3, 4, *ANSWER])},
+        {"partitions": np.array([1])},
+        {"format": np.array(["x", "y"])},
+    ],
+)
+def test_a_memory_file_with_wrong_contents_is_damaged_and_rebuilt(
+    tmp_path: Path, capsys, changes: dict[str, np.ndarray]
+) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "mem.npz"
+    _written(path)
+    _rewritten(path, **changes)
+    bank = MemoryBank(1.0, path, "model-a", 1000)
+    assert "is damaged" in capsys.readouterr().err
+    assert bank.partition().n_tokens == 0
+    bank.save()
+    assert MemoryBank(1.0, path, "model-a", 1000).partition().n_tokens == 0

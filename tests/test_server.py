@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 
 from localspec import Engine, SpecConfig
+from localspec.errors import EngineFailure, LocalspecError
 from localspec.server.app import ServerSettings, create_app
+from localspec.server.reply import ShuttingDown, generation_error
 
 REPEAT = "alpha beta gamma delta epsilon zeta eta theta " * 6
 
@@ -139,6 +142,19 @@ def test_per_request_override_does_not_leak(base: str) -> None:
     assert off["choices"][0]["text"] == after["choices"][0]["text"]  # lossless
 
 
+def test_a_chain_is_served_in_the_order_asked(base: str) -> None:
+    body = {"prompt": REPEAT, "max_tokens": 8, "temperature": 0}
+    chain = {"mode": "ngram-simple+suffix", "n_max": 300}  # up to a verification batch
+    r = post(base, "/v1/completions", {**body, "speculative": chain})
+    assert r.status_code == 200 and r.json()["speculative"]["mode"] == "ngram-simple+suffix"
+
+
+def test_an_engine_failure_is_the_servers_error_not_the_clients() -> None:
+    assert generation_error(EngineFailure("llama_decode failed"), "here").status == 500
+    assert generation_error(ShuttingDown(), "here").status == 503
+    assert generation_error(LocalspecError("bad stop string"), "here").status == 400
+
+
 @pytest.mark.parametrize(
     ("body", "status", "needle"),
     [
@@ -156,6 +172,8 @@ def test_per_request_override_does_not_leak(base: str) -> None:
             400,
             "not available on this server",
         ),
+        ({"prompt": "x", "speculative": {"mode": ""}}, 400, "not available on this server"),
+        ({"prompt": "x", "speculative": {"n_max": 600}}, 400, "more than one verification"),
         ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
         ({"prompt": "word " * 2000}, 400, "context holds 1024"),
     ],
@@ -304,3 +322,46 @@ def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
     err = proc.stderr.read() if proc.stderr else ""
     assert code == 0, err
     assert "serving SmolLM2" in err and "/v1/completions" in err  # one log line per request
+
+
+def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    """The first Ctrl-C ends the running generation after its round (its client is told
+    why) instead of holding the shutdown until the answer is complete, and the memory
+    file is written."""
+    port, memory = free_port(), tmp_path / "memory.npz"
+    command = ["serve", str(smollm_path), "--port", str(port), "-c", "1024"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec", *command, "--spec-memory", str(memory)],
+        stderr=subprocess.PIPE,
+        text=True,
+        # a background shell's children ignore SIGINT: this one gets it as a terminal would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _up(url), 120)
+        body = {"prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 900, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+            lines = (line for line in r.iter_lines() if line)
+            assert all(next(lines).startswith("data:") for _ in range(5))  # generating
+            proc.send_signal(signal.SIGINT)
+            stopped_at = time.time()
+            rest = "\n".join(lines)
+        code = proc.wait(timeout=60)
+        assert time.time() - stopped_at < 30  # 900 tokens would take minutes here
+    finally:
+        proc.kill()
+    err = proc.stderr.read() if proc.stderr else ""
+    assert code == 0 and "localspec: stopped" in err and "Traceback" not in err, err
+    assert "the server is shutting down" in rest and rest.endswith("[DONE]")
+    with np.load(memory) as kept:
+        assert kept["lengths"].size == 1  # the stopped request, prompt and answer so far
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

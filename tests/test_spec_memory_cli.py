@@ -4,9 +4,11 @@ API key in serve."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from localspec.api import Engine
@@ -46,6 +48,13 @@ def test_memory_flags_are_checked(capsys, qwen_path: Path) -> None:  # type: ign
     assert "--spec-memory-mb: 0 is out of range" in error_of(
         capsys, "run", q, "--spec-memory-mb", "0"
     )
+    err = error_of(capsys, "run", q, "--no-spec-memory", "--spec-memory-mb", "10")
+    assert "turns off" in err
+    # PATH is optional: a model written after the flag would be taken for the file
+    err = error_of(capsys, "run", "--spec-memory", "qwen2.5-coder-0.5b", "-p", "x")
+    assert "that is a model" in err and "before the flag" in err
+    assert "that is a model" in error_of(capsys, "run", q, "--spec-memory", q)
+    assert "the path is empty" in error_of(capsys, "run", q, "--spec-memory", "")
 
 
 def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_path: Path) -> None:
@@ -59,10 +68,28 @@ def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_pa
     assert "[suffix+ngram-simple]" in second.stdout + second.stderr
     line = next(x for x in second.stderr.splitlines() if x.strip().startswith("suffix: drafted"))
     assert int(line.split("drafted")[1].split(",")[0]) >= 32  # drafted from the first answer
-    memory.write_bytes(b"not a memory file")
+    assert "speculation memory: 1 earlier generations" in second.stderr
+    memory.write_bytes(memory.read_bytes()[:300])  # a memory file cut short
     damaged = run_cli(*args)
     assert damaged.returncode == 0 and "is damaged" in damaged.stderr
-    assert memory.read_bytes()[:2] == b"PK"  # rebuilt: a whole numpy archive again
+    assert len(memory.read_bytes()) > 300  # rebuilt: a whole numpy archive again
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a memory file")
+    foreign = run_cli(*args[:-1], str(notes))
+    assert foreign.returncode == 2 and "refusing to overwrite it" in foreign.stderr
+    assert notes.read_text() == "not a memory file"
+
+
+def test_compare_keeps_its_plain_runs_out_of_the_memory(qwen_path: Path, tmp_path: Path) -> None:
+    """The plain baselines of --compare are not remembered: the speculative run would copy
+    them and report a speedup no new request gets."""
+    memory = tmp_path / "memory.npz"
+    args = ("run", str(qwen_path), "-p", PROMPT, "-n", "24", "--compare", "--json")
+    done = run_cli(*args, "--spec-memory", str(memory))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stats"]["by_drafter"].get("suffix", {}).get("drafted", 0) == 0
+    with np.load(memory) as kept:
+        assert kept["lengths"].size == 1  # the speculative run only
 
 
 def test_each_api_key_has_its_own_memory(qwen_path: Path, tmp_path: Path) -> None:

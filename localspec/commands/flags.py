@@ -8,9 +8,11 @@ from typing import Any
 
 from localspec import argtypes as at
 from localspec.api import Engine
+from localspec.catalog import Catalog
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.loop import SpecConfig
 from localspec.engine.model_context import FLASH_ATTN_CHOICES
+from localspec.errors import LocalspecError
 from localspec.memory_bank import DEFAULT_MEMORY_MB
 from localspec.modes import LOOKUP_MODES
 
@@ -32,9 +34,9 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
         default=None,
-        help="none | ngram-simple | draft-model | draft-self | draft-mtp, or a chain such as "
-        "ngram-simple+draft-self (default: draft-model with -md, else ngram-simple, after "
-        "the suffix lookup where the speculation memory is on)",
+        help="none | ngram-simple | suffix | draft-model | draft-self | draft-mtp, or a chain "
+        "such as suffix+ngram-simple or ngram-simple+draft-self (default: draft-model with "
+        "-md, else ngram-simple, after the suffix lookup where the speculation memory is on)",
     )
     add_machine_flags(p)
 
@@ -166,7 +168,7 @@ def add_memory_flags(p: argparse.ArgumentParser, on_by_default: bool) -> None:
     g.add_argument(
         "--spec-memory-mb",
         type=at.megabytes,
-        default=DEFAULT_MEMORY_MB,
+        default=None,
         help=f"memory cap in MB, oldest generations evicted first (default {DEFAULT_MEMORY_MB:g}"
         "; per API key in serve)",
     )
@@ -213,6 +215,14 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
     forget = getattr(args, "no_spec_memory", False)
     memory_file = getattr(args, "spec_memory", None)
+    if isinstance(memory_file, str):
+        check_memory_path(memory_file, args.target, load_catalog())
+    memory_mb = getattr(args, "spec_memory_mb", None)
+    if forget and memory_mb is not None:
+        raise LocalspecError(
+            "--spec-memory-mb sets the cap of a memory that --no-spec-memory turns off",
+            "drop one of the two",
+        )
     suffix_first = not forget and (getattr(args, "memory_by_default", False) or bool(memory_file))
     mode = resolve_mode(args.mode, args.draft is not None, suffix_first)
     spec = spec_for(args, mode)
@@ -235,9 +245,24 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         ngram=ngram,
         self_layers=args.spec_self_layers,
         self_quant=args.spec_self_quant,
-        spec_memory_mb=0.0 if forget else getattr(args, "spec_memory_mb", DEFAULT_MEMORY_MB),
+        spec_memory_mb=0.0 if forget else (memory_mb or DEFAULT_MEMORY_MB),
         spec_memory_path=memory_file,
     )
+
+
+def check_memory_path(path: str, target: str | None, catalog: Catalog) -> None:
+    """--spec-memory takes an optional PATH, so a model written after it is taken for the
+    path: refuse a path that names a model (the model would be overwritten or misread)."""
+    if not path.strip():
+        raise LocalspecError(
+            "--spec-memory: the path is empty", "give a file name, or no value: the cache's file"
+        )
+    if path.endswith(".gguf") or (target is None and path in catalog.models):
+        raise LocalspecError(
+            f"--spec-memory {path}: that is a model, not a memory file",
+            f"put the model before the flag (e.g. localspec serve {path} --spec-memory), or "
+            "name the memory file differently",
+        )
 
 
 def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:

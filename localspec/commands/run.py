@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
     gen = dict(settings=settings, chat=chat, system=args.system)
     with load_engine(args) as engine:
         plain = None
+        # the plain baselines stay out of the memory: the speculative run would copy them
+        baseline = dict(gen, settings=settings.but(mode="none", remember=False))
         if args.compare:
-            plain = engine.generate(prompt, mode="none", record_margins=True, **gen)
+            plain = engine.generate(prompt, record_margins=True, **baseline)
         result = None
         text: list[str] = []
         tokens: list[int] = []
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         assert result is not None
         # plain decoding again after the speculative run: on a busy machine the speed drifts
         # within seconds, and one plain run on one side would bias the speedup
-        plain_after = engine.generate(prompt, mode="none", **gen) if args.compare else None
+        plain_after = engine.generate(prompt, **baseline) if args.compare else None
     stats = result.stats
     report = {
         "text": "".join(text),

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -17,10 +18,20 @@ from localspec.commands.flags import add_memory_flags, add_model_flags, add_spec
 from localspec.errors import LocalspecError
 from localspec.server.guard import is_loopback_host
 
+# How long a stopping server waits for its generation thread to leave the engine (it stops
+# after its current round; a long prompt's evaluation is the longest step there is).
+STOP_WAIT_S = 60.0
+
 
 class GracefulServer(uvicorn.Server):
-    """SIGINT/SIGTERM: finish, free the models, exit 0 (plain uvicorn re-raises the signal
-    after shutting down, so the process would die of it before the engine is freed)."""
+    """SIGINT/SIGTERM: stop the running generation after its round (``on_stop``), finish,
+    free the models, exit 0 (plain uvicorn re-raises the signal after shutting down, so the
+    process would die of it before the engine is freed; and it waits for every open request
+    to end, however long its answer)."""
+
+    def __init__(self, config: uvicorn.Config, on_stop: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_stop = on_stop
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -28,6 +39,7 @@ class GracefulServer(uvicorn.Server):
             if self.should_exit:  # a second signal: do not wait for open requests
                 self.force_exit = True
             self.should_exit = True
+            self.on_stop()
 
         previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -81,14 +93,20 @@ def run(args: argparse.Namespace) -> int:
             loopback_hosts_only=loopback,
         )
         app = create_app(engine, settings)
+        runner = app.state.server.runner
         print(
             f"localspec: serving {engine.target_path.name} ({engine.mode}) on "
             f"http://{args.host}:{listening.getsockname()[1]}/v1",
             file=sys.stderr,
             flush=True,
         )
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
-        GracefulServer(config).run(sockets=[listening])
+        # no lifespan events: the app has none, and a forced stop would report theirs cancelled
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        GracefulServer(config, runner.stop).run(sockets=[listening])
+        if not runner.wait_idle(STOP_WAIT_S):  # freeing the engine under it would crash
+            engine.memories.save()
+            print("localspec: stopped (the generation did not end in time)", file=sys.stderr)
+            os._exit(1)
     print("localspec: stopped", file=sys.stderr)
     return 0
 

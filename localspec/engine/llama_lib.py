@@ -16,15 +16,18 @@ import llama_cpp
 from localspec.interrupts import defer_interrupt, llama_callback
 
 _recent: collections.deque[str] = collections.deque(maxlen=40)
+_logged = 0  # lines logged so far: a mark from which a failure's own lines are told apart
 _initialised = False
 
 
 @llama_cpp.llama_log_callback
 @llama_callback
 def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    global _logged
     try:
         line = text.decode("utf-8", errors="replace")
         _recent.append(line)
+        _logged += 1
         if os.environ.get("LOCALSPEC_VERBOSE"):
             sys.stderr.write(line)
     except KeyboardInterrupt:
@@ -39,8 +42,18 @@ def ensure_initialised() -> None:
         _initialised = True
 
 
-def recent_log(n: int = 6) -> str:
-    """The last few llama.cpp log lines that look like errors or warnings."""
-    lines = [ln.strip() for ln in _recent if ln.strip()]
+def log_mark() -> int:
+    """Where the log stands now (for ``recent_log(since=...)``)."""
+    return _logged
+
+
+def recent_log(n: int = 6, since: int | None = None) -> str:
+    """The last few llama.cpp log lines that look like errors or warnings (``since``: only
+    those logged after that ``log_mark``, so that an earlier failure's lines are not
+    repeated as this one's)."""
+    kept = list(_recent)
+    if since is not None:
+        kept = kept[max(len(kept) - (_logged - since), 0) :]
+    lines = [ln.strip() for ln in kept if ln.strip()]
     errors = [ln for ln in lines if any(w in ln.lower() for w in ("error", "fail", "invalid"))]
     return " | ".join((errors or lines)[-n:])

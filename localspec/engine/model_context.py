@@ -24,8 +24,8 @@ from typing import Literal, get_args
 import llama_cpp
 import numpy as np
 
-from localspec.engine.llama_lib import ensure_initialised, recent_log
-from localspec.errors import LocalspecError
+from localspec.engine.llama_lib import ensure_initialised, log_mark, recent_log
+from localspec.errors import EngineFailure, LocalspecError
 from localspec.hardware import default_threads
 from localspec.interrupts import (
     defer_interrupt,
@@ -237,11 +237,12 @@ class ModelContext:
 
     def _decode_chunk(self, tokens: Sequence[int], want: int) -> None:
         self._batch.fill(tokens, self.n_past, want)
+        mark = log_mark()
         rc = llama_cpp.llama_decode(self.ctx, self._batch.batch)
         if rc != 0:
             # llama_decode restores the memory on rc 1/-1; on other codes we re-sync by trimming.
             self.trim(self.n_past)
-            raise LocalspecError(f"llama_decode failed with code {rc}: {recent_log()}")
+            raise EngineFailure(f"llama_decode failed with code {rc}: {recent_log(since=mark)}")
         start = self.n_past
         self.tokens.extend(tokens)
         for listener in self.listeners:

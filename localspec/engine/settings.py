@@ -26,6 +26,7 @@ class GenerationSettings:
     tools: Sequence[dict[str, Any]] | None = None  # OpenAI-style tools shown to the model
     reproducible: bool = False  # identical requests, identical answers (see Engine.stream)
     memory_partition: str = ""  # whose earlier generations the suffix drafter draws on
+    remember: bool = True  # False: this generation does not enter the memory (a baseline)
 
     @classmethod
     def pick(cls, source: object, **given: Any) -> GenerationSettings:

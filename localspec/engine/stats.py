@@ -53,8 +53,10 @@ class Stats:
 
     @property
     def tokens_per_s(self) -> float:
-        """Generation speed, prompt processing excluded (as llama.cpp's "eval time")."""
-        return self.n_tokens / (self.gen_ms / 1000) if self.gen_ms > 0 else 0.0
+        """Generation speed, prompt processing excluded (as llama.cpp's "eval time"); 0 for
+        a single token, which comes with the prompt's pass (its time is only sampling)."""
+        timed = self.gen_ms > 0 and self.n_tokens > 1
+        return self.n_tokens / (self.gen_ms / 1000) if timed else 0.0
 
     def by_drafter_dict(self) -> dict[str, dict[str, float]]:
         """Per drafter of a chain: what it drafted, what was kept, in how many verifications."""

@@ -187,17 +187,17 @@ class Server:
         self, req: CompletionRequest | ChatRequest, partition: str = DEFAULT_PARTITION
     ) -> dict[str, Any]:
         over = req.speculative
-        mode = over.mode if over and over.mode else self.engine.mode
-        available = self.engine.available_modes()
+        asked = over.mode if over and over.mode is not None else self.engine.mode
         try:
-            mode = canonical(mode)
+            mode = canonical(asked)
+            available = self.engine.mode_available(mode)
         except LocalspecError:
-            mode = ""
-        if mode not in available:
+            available = False
+        if not available:
             raise ApiError(
                 400,
-                f"speculative.mode {over.mode if over else mode!r} is not available on this "
-                f"server (it has: {', '.join(available)})",
+                f"speculative.mode {asked!r} is not available on this server (it has: "
+                f"{', '.join(self.engine.available_modes())}, or a chain of them)",
                 param="speculative.mode",
             )
         spec = self.engine.spec
@@ -336,6 +336,10 @@ class Server:
             "speculative": speculative_block(stats, mode),
             "timings": timings_block(stats),
         }
+
+    @property
+    def stopping(self) -> bool:
+        return self.runner.closing
 
     def token_bytes(self, token: int) -> bytes:
         """A token's own bytes: a token may hold only part of a UTF-8 character."""

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from localspec.engine.loop import RoundEvent, TokenLogprob
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolFormat
-from localspec.errors import LocalspecError
+from localspec.errors import EngineFailure, LocalspecError
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError
@@ -40,6 +40,8 @@ class ReplyHost(Protocol):
     def extras(self, stats: Stats, mode: str) -> dict[str, Any]: ...
     def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None: ...
     def token_bytes(self, token: int) -> bytes: ...
+    @property
+    def stopping(self) -> bool: ...
 
 
 class Reply:
@@ -115,10 +117,12 @@ class Reply:
                     lps.append(lp)
                 last = event
         except LocalspecError as exc:
-            return ApiError(400, exc.message).response()
+            return self.failed(exc).response()
         finally:
             watcher.cancel()
-        if last is None or not last.finish_reason:  # stopped because the client left
+        if last is None or not last.finish_reason:
+            if self.server.stopping:  # stopped because the server is stopping
+                return self.failed(ShuttingDown()).response()
             log.info("%s %s: client went away, generation stopped", self.endpoint, self.mode)
             return Response(status_code=499)
         reason = last.finish_reason
@@ -206,8 +210,11 @@ class Reply:
             if self.req.include_usage and last is not None:
                 extras = self.server.extras(last.stats, self.mode)
                 yield data({**self._head(), "choices": [], **extras})
+            if (last is None or not last.finish_reason) and self.server.stopping:
+                raise ShuttingDown
         except LocalspecError as exc:
-            yield error_event(400, exc.message, "invalid_request_error")
+            error = self.failed(exc)
+            yield error_event(error.status, error.message, error.kind)
         except Exception as exc:  # the status line is sent: say it in the stream
             log.exception("%s: generation failed", self.endpoint)
             yield error_event(500, f"generation failed: {type(exc).__name__}", "server_error")
@@ -215,7 +222,7 @@ class Reply:
             await events.aclose()
             if last is not None and last.finish_reason:
                 self.server.finished(self.endpoint, self.mode, last.stats, last.finish_reason)
-            elif last is not None:
+            elif last is not None and not self.server.stopping:
                 log.info(
                     "%s %s: client went away after %d tokens",
                     self.endpoint,
@@ -223,6 +230,26 @@ class Reply:
                     last.stats.n_tokens,
                 )
         yield "data: [DONE]\n\n"
+
+    def failed(self, exc: LocalspecError) -> ApiError:
+        return generation_error(exc, f"{self.endpoint} {self.mode}")
+
+
+def generation_error(exc: LocalspecError, where: str) -> ApiError:
+    """The API error of a generation that raised: the request's fault (400), the engine's
+    (500, logged) or the server's stop (503)."""
+    if isinstance(exc, ShuttingDown):
+        log.info("%s: stopped, the server is shutting down", where)
+        return ApiError(503, exc.message, "server_error")
+    if isinstance(exc, EngineFailure):
+        log.error("%s: generation failed: %s", where, exc.message)
+        return ApiError(500, f"generation failed: {exc.message}", "server_error")
+    return ApiError(400, exc.message)
+
+
+class ShuttingDown(LocalspecError):
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down: the generation was stopped")
 
 
 def tool_reason(reason: str) -> str:

@@ -28,7 +28,9 @@ class EngineRunner:
         self.max_queue = max_queue
         self.waiting = 0
         self.busy = False
+        self.closing = False
         self._lock: asyncio.Lock | None = None
+        self._current: tuple[GenerationStream, threading.Thread] | None = None
 
     def _turn(self) -> asyncio.Lock:
         if self._lock is None:
@@ -77,8 +79,25 @@ class EngineRunner:
                 stream.loop.call_soon_threadsafe(turn.release)
                 stream.put(_DONE)
 
-        threading.Thread(target=work, name="localspec-generate", daemon=True).start()
+        thread = threading.Thread(target=work, name="localspec-generate", daemon=True)
+        self._current = (stream, thread)
+        thread.start()
         return stream
+
+    def stop(self) -> None:
+        """The server is stopping: the running generation ends after its current round
+        (its request is told why), rather than holding the shutdown for minutes."""
+        self.closing = True
+        if self._current is not None:
+            self._current[0].stopped.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait for the generation thread to leave the engine (before the engine is freed);
+        False if it is still running after ``timeout`` seconds."""
+        if self._current is None:
+            return True
+        self._current[1].join(timeout)
+        return not self._current[1].is_alive()
 
 
 class GenerationStream:

@@ -33,8 +33,9 @@ class SpeculativeOverride(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: StrictStr | None = None  # checked against what the server has loaded
-    n_max: StrictInt | None = Field(default=None, ge=1, le=256)
-    n_min: StrictInt | None = Field(default=None, ge=0, le=256)
+    # the upper bounds are the engine's (one verification batch): SpecConfig.validate
+    n_max: StrictInt | None = Field(default=None, ge=1)
+    n_min: StrictInt | None = Field(default=None, ge=0)
     p_min: Number | None = Field(default=None, ge=0.0, le=1.0)
 
 
