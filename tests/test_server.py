@@ -328,8 +328,8 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
     smollm_path: Path, tmp_path: Path
 ) -> None:
     """The first Ctrl-C ends the running generation after its round (its client is told
-    why) instead of holding the shutdown until the answer is complete, and the memory
-    file is written."""
+    why) instead of holding the shutdown until the answer is complete, a queued request is
+    not started, and the memory file is written."""
     port, memory = free_port(), tmp_path / "memory.npz"
     command = ["serve", str(smollm_path), "--port", str(port), "-c", "1024"]
     proc = subprocess.Popen(
@@ -346,9 +346,17 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
             lines = (line for line in r.iter_lines() if line)
             assert all(next(lines).startswith("data:") for _ in range(5))  # generating
+            queued: list[httpx.Response] = []
+            whole = {**body, "stream": False}
+            waiter = threading.Thread(
+                target=lambda: queued.append(post(url, "/v1/completions", whole))
+            )
+            waiter.start()
+            wait_for(lambda: health(url)["queue_depth"] == 1)
             proc.send_signal(signal.SIGINT)
             stopped_at = time.time()
             rest = "\n".join(lines)
+        waiter.join(timeout=60)
         code = proc.wait(timeout=60)
         assert time.time() - stopped_at < 30  # 900 tokens would take minutes here
     finally:
@@ -356,6 +364,7 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
     err = proc.stderr.read() if proc.stderr else ""
     assert code == 0 and "localspec: stopped" in err and "Traceback" not in err, err
     assert "the server is shutting down" in rest and rest.endswith("[DONE]")
+    assert queued[0].status_code == 503  # waiting when the server stopped: never started
     with np.load(memory) as kept:
         assert kept["lengths"].size == 1  # the stopped request, prompt and answer so far
 

@@ -30,7 +30,7 @@ from localspec.memory_bank import DEFAULT_PARTITION, partition_for_key
 from localspec.modes import canonical
 from localspec.server.guard import body_type_allowed, host_of, is_loopback_host, origin_allowed
 from localspec.server.metrics import ServerMetrics
-from localspec.server.reply import Reply
+from localspec.server.reply import Reply, ShuttingDown
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError, speculative_block, timings_block, usage_block
@@ -262,6 +262,9 @@ class Server:
             ) from None
         finally:
             self.metrics.queue_depth.set(self.runner.queue_depth)
+        if self.runner.closing:  # queued when the server began to stop: not started
+            self.runner.release()
+            raise ApiError(503, ShuttingDown().message, "server_error")
         return self.runner.generate(**args)
 
     async def wait_turn(self, request: Request) -> None:
