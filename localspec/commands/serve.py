@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import os
@@ -47,6 +48,14 @@ class GracefulServer(uvicorn.Server):
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+class CancelledAtExit(logging.Filter):
+    """A forced stop (a second Ctrl-C) cancels the requests still open, and uvicorn reports
+    each as an exception in the application, with its traceback: it is not one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -102,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         )
         # no lifespan events: the app has none, and a forced stop would report theirs cancelled
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        logging.getLogger("uvicorn.error").addFilter(CancelledAtExit())
         GracefulServer(config, runner.stop).run(sockets=[listening])
         if not runner.wait_idle(STOP_WAIT_S):  # freeing the engine under it would crash
             engine.memories.save()

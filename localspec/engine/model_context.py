@@ -274,7 +274,14 @@ class ModelContext:
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: JSON's "\ud800", or bad argv bytes
+            raise LocalspecError(
+                f"the text holds {text[exc.start]!r} at character {exc.start}, which is not "
+                "a Unicode character (half of a UTF-16 surrogate pair)",
+                "send valid Unicode text (UTF-8)",
+            ) from None
         capacity = len(data) + 16
         buf = (llama_cpp.llama_token * capacity)()
         n = llama_cpp.llama_tokenize(

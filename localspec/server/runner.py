@@ -30,7 +30,7 @@ class EngineRunner:
         self.busy = False
         self.closing = False
         self._lock: asyncio.Lock | None = None
-        self._current: tuple[GenerationStream, threading.Thread] | None = None
+        self._current: threading.Thread | None = None  # the last generation's thread
 
     def _turn(self) -> asyncio.Lock:
         if self._lock is None:
@@ -69,7 +69,7 @@ class EngineRunner:
             try:
                 for event in events:
                     stream.put(event)
-                    if stream.stopped.is_set():
+                    if stream.stopped.is_set() or self.closing:
                         break
             except BaseException as exc:  # handed to the request, which turns it into an error
                 stream.put(exc)
@@ -80,24 +80,24 @@ class EngineRunner:
                 stream.put(_DONE)
 
         thread = threading.Thread(target=work, name="localspec-generate", daemon=True)
-        self._current = (stream, thread)
+        self._current = thread
         thread.start()
         return stream
 
     def stop(self) -> None:
         """The server is stopping: the running generation ends after its current round
-        (its request is told why), rather than holding the shutdown for minutes."""
+        (its request is told why), rather than holding the shutdown for minutes. Called from
+        a signal handler, so it takes no lock (a second signal would find it held): the
+        generation thread reads the flag after each round."""
         self.closing = True
-        if self._current is not None:
-            self._current[0].stopped.set()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait for the generation thread to leave the engine (before the engine is freed);
         False if it is still running after ``timeout`` seconds."""
         if self._current is None:
             return True
-        self._current[1].join(timeout)
-        return not self._current[1].is_alive()
+        self._current.join(timeout)
+        return not self._current.is_alive()
 
 
 class GenerationStream:
