@@ -65,3 +65,28 @@ def test_sampling_with_drafts_from_memory_keeps_the_distribution(qwen: Engine) -
     table = np.array([[plain[n] for n in names], [spec[n] for n in names]]) + 0.5
     assert chi2_contingency(table).pvalue > 1e-3, (plain, spec)
     qwen.memory.clear()
+
+
+EDIT = (
+    "Rename the variable `total` to `grand_total` in this code and return the whole code:\n\n"
+    "def f(items):\n    total = 0\n    for item in items:\n"
+    "        total += item.price * item.qty\n    return total\n"
+)
+
+
+def test_a_seed_gives_plain_samplings_text_whatever_the_memory_drafted(qwen: Engine) -> None:
+    """A lookup's draft is judged by the target's own draw at each output position, from the
+    seed and the position alone: the same seed gives plain sampling's text, however much of
+    it the memory drafted (it holds the earlier seeds' answers here). A batched pass can move
+    a boundary of the inverse CDF by a rounding, as it can break a greedy near tie: rare."""
+    qwen.memory.clear()
+    same, from_memory = 0, 0
+    for seed in range(1, 9):
+        ask = dict(chat=True, max_tokens=48, temperature=0.7, seed=seed)
+        plain = qwen.generate(EDIT, mode="none", remember=False, **ask)  # type: ignore[arg-type]
+        spec = qwen.generate(EDIT, mode="suffix+ngram-simple", **ask)  # type: ignore[arg-type]
+        same += plain.tokens == spec.tokens
+        from_memory += spec.stats.by_drafter_dict().get("suffix", {}).get("accepted", 0)
+    qwen.memory.clear()
+    assert from_memory >= 150  # most answers came largely from the memory
+    assert same >= 6, same

@@ -9,6 +9,7 @@ from scipy.stats import chisquare
 
 from localspec.engine.verify import (
     SamplingParams,
+    TokenDraws,
     accept_greedy,
     accept_sampling,
     probabilities,
@@ -18,6 +19,17 @@ from localspec.engine.verify import (
 
 VOCAB = 10
 DRAWS = 100_000
+
+
+class IidDraws(TokenDraws):
+    """Independent uniforms from one generator, whatever the position: the distribution tests
+    draw many times at the same position."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def uniform(self, position: int, purpose: int = TokenDraws.PICK) -> float:
+        return float(self.rng.random())
 
 
 def logits_for(probs: np.ndarray) -> np.ndarray:
@@ -36,7 +48,7 @@ def first_token_distribution(p_logits, q_probs, params, draws=DRAWS, seed=0) -> 
     )
     for x in draft_tokens:
         n_acc, nxt = accept_sampling(
-            [int(x)], [q_probs] if q_probs is not None else None, rows, params, rng
+            [int(x)], [q_probs] if q_probs is not None else None, rows, params, IidDraws(rng), 0
         )
         token = int(x) if n_acc == 1 else nxt
         assert 0 <= token < VOCAB
@@ -99,9 +111,13 @@ def test_sample_never_returns_out_of_range_id() -> None:
     rng = np.random.default_rng(1)
     probs = np.zeros(VOCAB)
     probs[-1] = 1.0
-    assert {sample(probs, rng) for _ in range(1000)} == {VOCAB - 1}
+    assert {sample(probs, rng.random()) for _ in range(1000)} == {VOCAB - 1}
     for _ in range(1000):
-        assert 0 <= sample(probabilities(rng.normal(size=VOCAB), SamplingParams(1.0)), rng) < VOCAB
+        assert (
+            0
+            <= sample(probabilities(rng.normal(size=VOCAB), SamplingParams(1.0)), rng.random())
+            < VOCAB
+        )
 
 
 def test_greedy_accepts_matching_prefix_and_takes_target_token() -> None:
@@ -130,7 +146,7 @@ def test_multi_token_draft_keeps_joint_distribution() -> None:
     counts = np.zeros(VOCAB)
     for _ in range(DRAWS):
         d = [int(rng.choice(VOCAB, p=q)), int(rng.choice(VOCAB, p=q))]
-        n_acc, nxt = accept_sampling(d, [q, q], rows, params, rng)
+        n_acc, nxt = accept_sampling(d, [q, q], rows, params, IidDraws(rng), 0)
         second = d[1] if n_acc == 2 else (nxt if n_acc == 1 else None)
         if second is not None:
             counts[second] += 1
@@ -185,7 +201,24 @@ def test_blockwise_sampling_follows_a_distribution_spread_over_blocks() -> None:
     probs = np.zeros(20_000)
     ids = np.array([0, 2047, 2048, 9000, 9001, 19_999])  # block edges, empty blocks between
     probs[ids] = [0.1, 0.2, 0.05, 0.3, 0.25, 0.1]
-    draws = np.array([sample(probs, rng) for _ in range(50_000)])
+    draws = np.array([sample(probs, rng.random()) for _ in range(50_000)])
     assert set(np.unique(draws)) <= set(ids)  # never a token of probability 0
     counts = np.array([(draws == i).sum() for i in ids])
     assert chisquare(counts, probs[ids] * draws.size).pvalue > 1e-3
+
+
+def test_a_seed_picks_the_same_tokens_whatever_a_lookup_drafted() -> None:
+    """One-hot drafts are judged by the target's own draw at that position: the output is
+    what plain sampling with the same seed gives, token for token, for any draft."""
+    rng = np.random.default_rng(7)
+    params = SamplingParams(temperature=0.8)
+    rows = rng.normal(size=(6, VOCAB)) * 2
+    draws = TokenDraws(seed=1234)
+    plain = [sample(probabilities(rows[i], params), draws.uniform(10 + i)) for i in range(6)]
+    for _ in range(200):
+        draft = [int(t) for t in rng.integers(0, VOCAB, size=5)]
+        right = int(rng.integers(0, 6))
+        draft[:right] = plain[:right]  # a right prefix, then anything
+        n_acc, nxt = accept_sampling(draft, None, rows, params, draws, position=10)
+        assert [*draft[:n_acc], nxt] == plain[: n_acc + 1]
+    assert TokenDraws(seed=1234).uniform(3) == draws.uniform(3) != draws.uniform(4)

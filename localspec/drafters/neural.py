@@ -66,5 +66,5 @@ def choose_draft_token(
         if p_min > 0.0:
             top = float(1.0 / np.exp(row.astype(np.float64) - row[token]).sum())
         return token, None, top
-    token, q = sample_row(row, sampling, rng)
+    token, q = sample_row(row, sampling, rng.random())
     return token, q, float(q.max())

@@ -26,6 +26,7 @@ from localspec.engine.shadow import ShadowRounds
 from localspec.engine.stats import Stats, StatsRecorder
 from localspec.engine.verify import (
     SamplingParams,
+    TokenDraws,
     accept_greedy,
     accept_sampling,
     sample_row,
@@ -160,7 +161,7 @@ class SpeculativeLoop:
         self.reproducible = reproducible
         self.grammar = grammar
         self.times = times
-        self.rng = np.random.default_rng(sampling.seed)
+        self.draws = TokenDraws(sampling.seed)
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
         self.control: DraftControl = control or FixedLengthController(spec.n_max)
         self.control.start()
@@ -202,7 +203,7 @@ class SpeculativeLoop:
     def _choose(self, row: np.ndarray) -> int:
         if self.sampling.greedy:
             return int(row.argmax())
-        return sample_row(row, self.sampling, self.rng)[0]
+        return sample_row(row, self.sampling, self.draws.uniform(len(self.output.tokens)))[0]
 
     def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
         """The rows as the acceptance rules must see them: masked by the grammar, if any."""
@@ -297,10 +298,13 @@ class SpeculativeLoop:
         sampled round) the distribution it was drawn from, for a shadow guess."""
         if self.sampling.greedy:
             return (*accept_greedy(draft.tokens, rows), None)
+        position = len(self.output.tokens)
         if not draft.tokens:
-            chosen, p = sample_row(rows[0], self.sampling, self.rng)
+            chosen, p = sample_row(rows[0], self.sampling, self.draws.uniform(position))
             return 0, chosen, p
-        n_acc, chosen = accept_sampling(draft.tokens, draft.probs, rows, self.sampling, self.rng)
+        n_acc, chosen = accept_sampling(
+            draft.tokens, draft.probs, rows, self.sampling, self.draws, position
+        )
         return n_acc, chosen, None
 
     def _round(self, context: list[int], last: int) -> Iterator[RoundEvent]:

@@ -8,8 +8,12 @@ Sampling: speculative sampling (Leviathan et al. 2023; Chen et al. 2023). Drafte
 draft probability q(x) is accepted with probability min(1, p(x)/q(x)); on rejection the token
 is drawn from the residual max(0, p - q), renormalised. p and q are both the *processed*
 distributions (same temperature, top-k, top-p, min-p), so the output follows the target's
-processed distribution exactly. A drafter that gives no probabilities is treated as one-hot
-q (q(x) = 1): acceptance is then p(x), and the residual is p without x.
+processed distribution exactly. A drafter that gives no probabilities (a lookup) is one-hot
+q (q(x) = 1): acceptance is then p(x), and the residual is p without x. That is done by
+drawing the target's own token by inverse CDF and accepting the draft when they agree
+(probability p(x); otherwise the draw is p without x): with the draw's uniform number fixed
+by the seed and the output position (``TokenDraws``), a seed gives the same text as plain
+decoding whatever was drafted, even by a drafter whose drafts depend on earlier requests.
 """
 
 from __future__ import annotations
@@ -35,6 +39,22 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+
+class TokenDraws:
+    """The uniform numbers that pick sampled tokens: one per output position and purpose,
+    from (seed, position, purpose) alone, not from how many were used before, so that what
+    was drafted does not change what a seed gives (a SeedSequence hash: ~20 us a token)."""
+
+    PICK, ACCEPT, RESIDUAL = 0, 1, 2
+
+    def __init__(self, seed: int | None) -> None:
+        entropy = np.random.SeedSequence().entropy if seed is None else seed
+        self.seed = int(entropy)  # type: ignore[arg-type]
+
+    def uniform(self, position: int, purpose: int = PICK) -> float:
+        seq = np.random.SeedSequence([self.seed, position, purpose])
+        return float(seq.generate_state(1, np.uint64)[0] >> np.uint64(11)) * 2.0**-53
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -107,14 +127,15 @@ def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
     return kept
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id by inverse CDF; never an id >= size or of probability 0.
+def sample(probs: np.ndarray, u: float) -> int:
+    """The token id at ``u`` (uniform in [0, 1)) of the inverse CDF; never an id >= size or
+    of probability 0.
 
     A cumulative sum over 150k ids is a sequential 0.5 ms loop: the block holding the draw is
     found from the blocks' sums, then the id inside that block only."""
     starts = np.arange(0, probs.size, SAMPLE_BLOCK)
     edges = np.concatenate(([0.0], np.cumsum(np.add.reduceat(probs, starts))))
-    u = rng.random() * edges[-1]
+    u = u * edges[-1]
     block = min(int(np.searchsorted(edges, u, side="right")) - 1, starts.size - 1)
     while edges[block + 1] <= edges[block]:
         block -= 1  # rounding landed u on an empty block: its left neighbour holds mass
@@ -141,28 +162,35 @@ def accept_sampling(
     draft_probs: Sequence[np.ndarray] | None,
     target_rows: Sequence[np.ndarray],
     params: SamplingParams,
-    rng: np.random.Generator,
+    draws: TokenDraws,
+    position: int,
 ) -> tuple[int, int]:
     """Speculative sampling over one draft; same contract as ``accept_greedy``.
 
-    ``draft_probs[i]`` is the drafter's processed distribution at position i (None: one-hot)."""
+    ``draft_probs[i]`` is the drafter's processed distribution at position i (None: one-hot);
+    ``position``: the output position of the draft's first token."""
     for i, token in enumerate(draft):
         p = probabilities(target_rows[i], params)
-        q = draft_probs[i] if draft_probs is not None else None
-        q_x = 1.0 if q is None else float(q[token])
-        if q_x > 0.0 and rng.random() * q_x < p[token]:  # accept with prob min(1, p/q)
+        at = position + i
+        if draft_probs is None:  # one-hot q: the target's own draw decides
+            chosen = sample(p, draws.uniform(at))
+            if chosen == token:
+                continue
+            return i, chosen
+        q = draft_probs[i]
+        q_x = float(q[token])
+        if q_x > 0.0 and draws.uniform(at, draws.ACCEPT) * q_x < p[token]:  # min(1, p/q)
             continue
-        return i, sample(residual(p, q, token), rng)
-    return len(draft), sample_row(target_rows[len(draft)], params, rng)[0]
+        return i, sample(residual(p, q, token), draws.uniform(at, draws.RESIDUAL))
+    end = position + len(draft)
+    return len(draft), sample_row(target_rows[len(draft)], params, draws.uniform(end))[0]
 
 
-def sample_row(
-    row: np.ndarray, params: SamplingParams, rng: np.random.Generator
-) -> tuple[int, np.ndarray]:
-    """Sample the target's token from one logits row; also return the processed distribution
-    it was drawn from (the loop scores a shadow guess against it)."""
+def sample_row(row: np.ndarray, params: SamplingParams, u: float) -> tuple[int, np.ndarray]:
+    """Sample the target's token from one logits row at ``u``; also return the processed
+    distribution it was drawn from (the loop scores a shadow guess against it)."""
     p = probabilities(row, params)
-    return sample(p, rng), p
+    return sample(p, u), p
 
 
 def residual(p: np.ndarray, q: np.ndarray | None, rejected: int) -> np.ndarray:
