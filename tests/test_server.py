@@ -176,6 +176,8 @@ def test_an_engine_failure_is_the_servers_error_not_the_clients() -> None:
         ({"prompt": "x", "speculative": {"mode": ""}}, 400, "not available on this server"),
         ({"prompt": "x", "speculative": {"n_max": 600}}, 400, "more than one verification"),
         ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ({"prompt": "x", "best_of": 2}, 400, "best_of"),
+        ({"prompt": "x", "suffix": "return x"}, 400, "fill-in-the-middle is not supported"),
         ({"prompt": "word " * 2000}, 400, "context holds 1024"),
     ],
 )
@@ -184,6 +186,22 @@ def test_bad_requests_get_openai_shaped_errors(base: str, body, status, needle) 
     assert r.status_code == status
     error = r.json()["error"]
     assert needle in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_errors_outside_the_endpoints_are_openai_shaped_too(base: str) -> None:
+    wrong_method = httpx.get(f"{base}/v1/chat/completions", timeout=30)
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+    unknown = httpx.post(f"{base}/v1/embeddings", json={"input": "x"}, timeout=30)
+    assert unknown.status_code == 404 and "/v1/embeddings" in unknown.json()["error"]["message"]
+    model_id = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+    assert httpx.get(f"{base}/v1/models/{model_id}", timeout=30).json()["id"] == model_id
+    other = httpx.get(f"{base}/v1/models/gpt-4o", timeout=30)
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+    chat = {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}
+    lonely = post(base, "/v1/chat/completions", chat)
+    assert lonely.status_code == 400 and "needs logprobs" in lonely.json()["error"]["message"]
+    hot = post(base, "/v1/completions", {"prompt": "x", "temperature": "hot"})
+    assert hot.json()["error"]["param"] == "temperature"
 
 
 def test_a_lone_surrogate_is_the_clients_error(base: str) -> None:

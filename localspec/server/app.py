@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -127,7 +129,7 @@ class Server:
             req = model.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
-            param = ".".join(str(p) for p in first["loc"])
+            param = ".".join(str(p) for p in first["loc"] if not _TYPE_TAG.match(str(p)))
             raise ApiError(400, f"{param}: {first['msg']}", param=param) from None
         if req.n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
@@ -353,20 +355,31 @@ class Server:
             self.check_caller(request)
         except ApiError as exc:
             return exc.response()
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.model_id,
-                        "object": "model",
-                        "created": self.created,
-                        "owned_by": "localspec",
-                        "speculative_mode": self.engine.mode,
-                    }
-                ],
-            }
-        )
+        return JSONResponse({"object": "list", "data": [self.model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        """One model by id (``client.models.retrieve``): the one loaded, or a 404."""
+        try:
+            self.check_caller(request)
+            if request.path_params["model_id"] != self.model_id:
+                raise ApiError(
+                    404,
+                    f"no model {request.path_params['model_id']!r} here: this server has "
+                    f"{self.model_id!r}",
+                    code="model_not_found",
+                )
+        except ApiError as exc:
+            return exc.response()
+        return JSONResponse(self.model_card())
+
+    def model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "localspec",
+            "speculative_mode": self.engine.mode,
+        }
 
     async def health(self, request: Request) -> Response:
         """Public, also with a key: it tells a supervisor whether the server is up."""
@@ -383,6 +396,17 @@ class Server:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (an unknown path, a wrong method) in OpenAI's shape."""
+    assert isinstance(exc, HTTPException)
+    what = f"{request.method} {request.url.path}: {exc.detail}"
+    return ApiError(exc.status_code, what, headers=exc.headers).response()
+
+
+# the type names pydantic adds to an error's location (a union's member, a validator)
+_TYPE_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-.*)$")
+
+
 def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starlette:
     server = Server(engine, settings or ServerSettings())
     app = Starlette(
@@ -390,9 +414,11 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
             Route("/health", server.health),
             Route("/metrics", server.prometheus),
             Route("/v1/models", server.models),
+            Route("/v1/models/{model_id:path}", server.model),
             Route("/v1/completions", server.completions, methods=["POST"]),
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
-        ]
+        ],
+        exception_handlers={HTTPException: http_error},
     )
     app.state.server = server
     return app

@@ -153,6 +153,8 @@ class CompletionRequest(_Common):
     max_tokens: StrictInt | None = 16  # OpenAI's default for completions
     echo: StrictBool = False
     logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    best_of: StrictInt = Field(default=1, ge=1, le=1)  # one answer per request, like n
+    suffix: StrictStr | None = None  # fill-in-the-middle: refused, not ignored
 
     @field_validator("prompt")
     @classmethod
@@ -162,6 +164,13 @@ class CompletionRequest(_Common):
                 f"one prompt per request ({len(prompt)} given): send them one at a time"
             )
         return prompt
+
+    @field_validator("suffix")
+    @classmethod
+    def no_suffix(cls, suffix: str | None) -> str | None:
+        if suffix:
+            raise ValueError("fill-in-the-middle is not supported: send the prompt only")
+        return suffix
 
     @property
     def text(self) -> str:
@@ -208,6 +217,12 @@ class ChatRequest(_Common):
         if not isinstance(schema, dict):
             raise ValueError("response_format: the schema must be a JSON object")
         return schema
+
+    @model_validator(mode="after")
+    def top_logprobs_need_logprobs(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
     @property
     def wants_logprobs(self) -> int | None:
