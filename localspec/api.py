@@ -53,6 +53,7 @@ from localspec.memory_bank import (
     DEFAULT_PARTITION,
     MemoryBank,
     default_memory_file,
+    refuse_foreign_file,
 )
 from localspec.modes import LOOKUP_MODES, canonical, neural_part, parse_mode
 from localspec.pairing import vocab_problems
@@ -136,11 +137,15 @@ def load_memories(
     """The suffix drafter's memories for this target: token ids belong to its vocabulary,
     so a memory file names the model it was written for."""
     model = f"{target.path.name}|{target.n_vocab}"
-    if path is None:
-        return MemoryBank(max_mb, None, model, target.n_vocab)
-    path = Path(path)
+    return MemoryBank(max_mb, Path(path) if path is not None else None, model, target.n_vocab)
+
+
+def check_memory_file(path: Path) -> None:
+    """Refuse a memory path that cannot be written, or a file that is not a memory file,
+    before the models load."""
     check_output_path(path, "--spec-memory")
-    return MemoryBank(max_mb, path, model, target.n_vocab)
+    if path.exists():
+        refuse_foreign_file(path)
 
 
 class Engine:
@@ -252,6 +257,8 @@ class Engine:
         if spec_memory_path is True:
             spec_memory_path = default_memory_file(target_path)
             spec_memory_path.parent.mkdir(parents=True, exist_ok=True)
+        if spec_memory_path is not None:
+            check_memory_file(Path(spec_memory_path))
         draft_kind = neural_part(mode) if mode != "none" else None
         if self_layers is not None and draft_kind != "draft-self":
             raise LocalspecError(
