@@ -137,7 +137,7 @@ class MemoryBank:
 def refuse_foreign_file(path: Path) -> None:
     """Refuse a path that is not a memory file localspec wrote (an empty file aside):
     rewriting it would destroy whatever it is."""
-    hint = "give --spec-memory (spec_memory_path) a new file name, or a memory file it wrote"
+    hint = "give --spec-memory (spec_memory_path) a new file name, or a memory file of localspec"
     if not path.is_file():
         raise LocalspecError(f"{path} is not a regular file: refusing to use it as memory", hint)
     try:
