@@ -222,7 +222,7 @@ def exact_match(runs: Sequence[Run], plain: dict[tuple[str, float, int], Run]) -
             continue
         report = compare(p.tokens, p.margins, r.tokens, p.runners_up)
         if not report.ok:  # the gap says how far from a tie (near ties are below 0.25)
-            gap = "" if report.top2_gap is None else f" (gap {report.top2_gap:.2f})"
+            gap = "" if report.margin is None else f" (gap {report.margin:.2f})"
             return f"DIVERGED{gap}"
         if not report.identical:
             worst = "near tie"

@@ -46,6 +46,21 @@ def test_run_json_compare_on_code_edit(qwen_path: Path) -> None:
         assert key in report["stats"]
 
 
+def test_run_compare_checks_a_seeded_sampled_run_where_only_lookups_draft(
+    smollm_path: Path,
+) -> None:
+    """With a seed, a lookup's drafts are judged by plain sampling's own draws: --compare
+    reports losslessness at T > 0 too (tokens, or a draw on an edge); a draft model's
+    rejection sampling is another draw of the same distribution: not compared."""
+    ask = ("run", str(smollm_path), "-n", "24", "--json", "--compare", "--temp", "0.8")
+    seeded = json.loads(run_cli(*ask, "--seed", "5").stdout)
+    assert seeded["lossless"]["identical"] or seeded["lossless"]["near_tie"]
+    assert seeded["lossless"]["margin_is"] == "draw margin"
+    assert "lossless" not in json.loads(run_cli(*ask).stdout)  # no seed: other draws
+    drafted = run_cli(*ask, "--seed", "5", "-md", str(smollm_path))
+    assert "lossless" not in json.loads(drafted.stdout)
+
+
 def test_run_streams_text(smollm_path: Path) -> None:
     done = run_cli(
         "run", str(smollm_path), "-p", "The capital of France is", "-n", "8", "--mode", "none"

@@ -12,6 +12,7 @@ from localspec.engine.verify import (
     TokenDraws,
     accept_greedy,
     accept_sampling,
+    draw_margin,
     probabilities,
     residual,
     sample,
@@ -222,3 +223,18 @@ def test_a_seed_picks_the_same_tokens_whatever_a_lookup_drafted() -> None:
         n_acc, nxt = accept_sampling(draft, None, rows, params, draws, position=10)
         assert [*draft[:n_acc], nxt] == plain[: n_acc + 1]
     assert TokenDraws(seed=1234).uniform(3) == draws.uniform(3) != draws.uniform(4)
+
+
+def test_a_draws_margin_is_its_distance_to_the_nearer_edge_of_its_token() -> None:
+    probs = np.array([0.2, 0.0, 0.5, 0.3])  # intervals: [0, 0.2), [0.2, 0.7), [0.7, 1)
+    assert draw_margin(probs, 0.25) == pytest.approx((0.05, 0))  # token 2, near its lower edge
+    assert draw_margin(probs, 0.65) == pytest.approx((0.05, 3))  # near its upper edge
+    assert draw_margin(probs, 0.1) == pytest.approx((0.1, 2))  # the first token: one edge only
+    assert draw_margin(np.array([0.0, 1.0]), 0.3) == (float("inf"), 1)  # nothing else to draw
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(300))
+    for u in rng.random(200):
+        margin, beyond = draw_margin(p, u)
+        assert beyond != sample(p, u)
+        step = margin + 1e-9
+        assert {sample(p, max(u - step, 0.0)), sample(p, min(u + step, 1 - 1e-12))} & {beyond}

@@ -29,6 +29,8 @@ from localspec.engine.verify import (
     TokenDraws,
     accept_greedy,
     accept_sampling,
+    draw_margin,
+    probabilities,
     sample_row,
     token_logprobs,
 )
@@ -93,7 +95,8 @@ class RoundEvent:
     """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
     token the target accepted. ``margins`` (only when asked for) is the target's top-2 logit
     gap at each emitted token and ``runners_up`` its second-best token, for tie-aware
-    comparisons."""
+    comparisons; when sampling, the draw's margin and the token beyond it
+    (``verify.draw_margin``)."""
 
     text: str
     tokens: tuple[int, ...]
@@ -205,6 +208,12 @@ class SpeculativeLoop:
             return int(row.argmax())
         return sample_row(row, self.sampling, self.draws.uniform(len(self.output.tokens)))[0]
 
+    def _tie(self, row: np.ndarray, position: int) -> tuple[float, int]:
+        """How near the token emitted at ``position`` came to another (tie-aware checks)."""
+        if self.sampling.greedy:
+            return top2(row)
+        return draw_margin(probabilities(row, self.sampling), self.draws.uniform(position))
+
     def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
         """The rows as the acceptance rules must see them: masked by the grammar, if any."""
         if self.grammar is None:
@@ -230,7 +239,7 @@ class SpeculativeLoop:
         row = self._constrained(raw[None, :], ())[0]
         last = self._choose(row)
         self._follow_grammar([last])
-        margins = [top2(row)] if self.record_margins else []
+        margins = [self._tie(row, 0)] if self.record_margins else []
         logprobs = self._logprobs(raw[None, :], [last])
         emitted = self.output.push(last)
         self.recorder.t_first = time.perf_counter()
@@ -315,7 +324,10 @@ class SpeculativeLoop:
         raw = self.target.decode([last, *draft.tokens], all_logits=True)
         rows = self._constrained(raw, draft.tokens)
         n_acc, chosen, p_plain = self._accept(draft, rows)
-        margins = [top2(rows[i]) for i in range(n_acc + 1)] if self.record_margins else []
+        at = len(self.output.tokens)  # the output position of the round's first token
+        margins = (
+            [self._tie(rows[i], at + i) for i in range(n_acc + 1)] if self.record_margins else []
+        )
         logprobs = self._logprobs(raw, [*draft.tokens[:n_acc], chosen])
         self._follow_grammar([*draft.tokens[:n_acc], chosen])
         if n_acc < len(draft):

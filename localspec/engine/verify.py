@@ -146,6 +146,26 @@ def sample(probs: np.ndarray, u: float) -> int:
     return int(starts[block]) + index
 
 
+def draw_margin(probs: np.ndarray, u: float) -> tuple[float, int]:
+    """How close the draw at ``u`` came to picking another token: the probability mass
+    between the draw and the nearer edge of the drawn token's interval of the inverse CDF,
+    and the token beyond that edge (the drawn token itself, with an infinite margin, when it
+    is the only one). The sampled counterpart of a top-2 logit gap, for tie-aware checks: a
+    batched pass that rounds the row differently moves the edges by about its rounding."""
+    chosen = sample(probs, u)
+    kept = np.flatnonzero(probs > 0.0)
+    cdf = np.cumsum(probs[kept])
+    at = u * cdf[-1]
+    i = int(np.searchsorted(kept, chosen))
+    below = at - cdf[i - 1] if i > 0 else np.inf
+    above = cdf[i] - at if i + 1 < kept.size else np.inf
+    if below == above == np.inf:
+        return float("inf"), chosen
+    if below <= above:
+        return float(max(below, 0.0)), int(kept[i - 1])
+    return float(max(above, 0.0)), int(kept[i + 1])
+
+
 def accept_greedy(draft: Sequence[int], target_rows: Sequence[np.ndarray]) -> tuple[int, int]:
     """Return (number of drafted tokens accepted, the target's token that follows them).
 
