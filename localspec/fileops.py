@@ -72,7 +72,15 @@ def remove_stale_scratch(directory: Path, legacy: bool = False) -> list[Path]:
 
 @contextlib.contextmanager
 def atomic_path(dest: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``dest``; rename it onto ``dest`` if the block succeeds."""
+    """Yield a temporary path beside ``dest``; rename it onto ``dest`` if the block succeeds.
+    A link is written through (the link stays); a device, a pipe or a folder is refused: a
+    rename would replace it with a plain file."""
+    dest = Path(os.path.realpath(dest))
+    if dest.exists() and not dest.is_file():
+        raise LocalspecError(
+            f"{dest} is not a regular file (a device, a pipe or a folder): not replaced",
+            "give the path of a file",
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_scratch(dest.parent)
     fd, tmp_name = tempfile.mkstemp(prefix=_scratch_prefix(dest), suffix=".part", dir=dest.parent)
@@ -117,6 +125,8 @@ def check_output_path(path: Path, flag: str) -> None:
         raise LocalspecError(f"{flag} {path}: the directory {parent} does not exist", hint)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise LocalspecError(f"{flag} {path}: cannot write into {parent}", hint)
+    if path.exists() and not path.is_file():
+        raise LocalspecError(f"{flag} {path}: not a regular file (a device, a pipe...)", hint)
     if path.exists() and not os.access(path, os.W_OK):
         raise LocalspecError(f"{flag} {path}: the file is not writable", hint)
 

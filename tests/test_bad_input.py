@@ -9,6 +9,7 @@ import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -252,7 +253,12 @@ def test_subprocess_output_has_no_traceback(tmp_path: Path) -> None:
         ("[" * 100_000 + "]" * 100_000, "is not valid JSON (nested too deeply)"),
         (
             '{"format": "localspec-chat", "version": 1, "system": 5, "messages": []}',
-            "field 'system' is damaged (a int, not text)",
+            "field 'system' is damaged (not valid Unicode text)",
+        ),
+        (
+            '{"format": "localspec-chat", "version": 1, "messages": '
+            '[{"role": "user", "content": "a\\ud800"}]}',
+            "field 'messages' is damaged",
         ),
         (
             '{"format": "localspec-chat", "version": 99, "messages": []}',
@@ -260,7 +266,7 @@ def test_subprocess_output_has_no_traceback(tmp_path: Path) -> None:
         ),
         ('{"format": "localspec-chat", "version": "1", "messages": []}', "'version' is damaged"),
     ],
-    ids=["deep", "system", "newer", "version-text"],
+    ids=["deep", "system", "surrogate", "newer", "version-text"],
 )
 def test_damaged_chat_files_are_refused(tmp_path: Path, content: str, expected: str) -> None:
     from localspec.errors import LocalspecError
@@ -270,6 +276,29 @@ def test_damaged_chat_files_are_refused(tmp_path: Path, content: str, expected: 
     path.write_text(content)
     with pytest.raises(LocalspecError, match=re.escape(expected)):
         ChatSession.load(path)
+
+
+def test_saving_a_chat_never_replaces_another_file(tmp_path: Path) -> None:
+    """Notes, a pipe (or a device) or a folder at the chosen path are refused and left as
+    they are; a link is written through; an earlier chat file is replaced."""
+    from localspec.errors import LocalspecError
+    from localspec.tui.session import ChatSession
+
+    chat = ChatSession(None, [{"role": "user", "content": "hi"}])
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    for path in (notes, pipe, tmp_path):
+        with pytest.raises(LocalspecError, match="not replaced"):
+            chat.save(path, "model")
+    assert notes.read_text() == "my notes" and stat.S_ISFIFO(pipe.stat().st_mode)
+    saved = tmp_path / "chat.json"
+    chat.save(saved, "model")
+    link = tmp_path / "link.json"
+    link.symlink_to(saved.name)
+    ChatSession(None, [{"role": "user", "content": "again"}]).save(link, "model")
+    assert link.is_symlink() and ChatSession.load(saved).turns[0]["content"] == "again"
 
 
 async def test_chat_exits_with_the_error_when_the_model_cannot_load(

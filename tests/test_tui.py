@@ -128,6 +128,56 @@ async def test_save_and_load_round_trip_and_damaged_file(smollm_path: Path, tmp_
         assert any("not loaded" in str(n.message) for n in app._notifications)
 
 
+async def test_a_new_or_loaded_chat_drops_the_answer_being_written(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    """ctrl+n or ctrl+o while an answer streams: the stopped answer belongs to the old chat,
+    not to the new one (nor to what ctrl+s writes next)."""
+    app = make_app(smollm_path, max_tokens=600)
+    saved = tmp_path / "saved.json"
+    saved.write_text(
+        json.dumps(
+            {
+                "format": "localspec-chat",
+                "version": 1,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+        )
+    )
+
+    async def interrupt(key: str) -> None:  # type: ignore[no-untyped-def]
+        await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
+        while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
+            await pilot.pause(0.02)
+        await pilot.press(key)
+        await pilot.pause(0.1)
+        if key == "ctrl+o":
+            app.screen.query_one("#answer").value = str(saved)
+            await pilot.press("enter")
+        while app.chat.generating:
+            await pilot.pause(0.05)
+        await pilot.pause(0.1)
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await interrupt("ctrl+n")
+        assert app.chat.session.turns == []
+        await interrupt("ctrl+o")
+        assert app.chat.session.turns == [{"role": "user", "content": "hi"}]
+        await ask(app, pilot, "Say hello.")  # the next answer goes where it belongs
+        assert [m["role"] for m in app.chat.session.turns] == ["user", "user", "assistant"]
+
+
+async def test_a_small_context_keeps_a_share_for_the_answer(smollm_path: Path) -> None:
+    """-c 256: a short question is answered, not sent to the context-full dialog."""
+    app = make_app(smollm_path, n_ctx=256, max_tokens=1024)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await ask(app, pilot, "hi")
+        assert not isinstance(app.screen, ContextFullScreen)
+        assert app.chat.session.turns[-1]["role"] == "assistant"
+
+
 async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
     app = make_app(smollm_path, n_ctx=512, max_tokens=8)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -135,7 +185,7 @@ async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
         await ask(app, pilot, "Say yes.")
         history = len(app.engine.tokenize_prompt(app.chat.session.messages()))
         alone = len(app.engine.tokenize_prompt([{"role": "user", "content": ""}]))
-        room = 512 - 256 - alone  # a prompt of this many tokens fits alone, not with history
+        room = 512 - app.chat.answer_room() - alone  # fits alone, not with the history
         assert history - alone > 8
         await ask(app, pilot, "word " * (room - 6), wait=False)
         await pilot.pause(0.2)

@@ -42,7 +42,7 @@ async def conversation(pilot) -> None:  # type: ignore[no-untyped-def]
     chat.answer.append("def read_inventory(path: Path) -> list[Item]:\n")
     chat.answer.append('    items = []\n    with path.open(newline="") as f:\n', "ngram-simple")
     chat.pending.append(RoundEvent("    return items\n", (1, 2), (False, False), STATS))
-    chat.post_message(AnswerFinished("", "stop", cancelled=False))
+    chat.post_message(AnswerFinished("", "stop", cancelled=False, chat=chat.session))
     await pilot.pause()
     chat.stats.mode = "ngram-simple"
     chat.stats.speedup = 2.41

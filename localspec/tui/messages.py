@@ -21,11 +21,12 @@ class EngineFailed(Message):
 
 
 class AnswerFinished(Message):
-    def __init__(self, text: str, finish_reason: str, cancelled: bool) -> None:
+    def __init__(self, text: str, finish_reason: str, cancelled: bool, chat: object) -> None:
         super().__init__()
         self.text = text
         self.finish_reason = finish_reason
         self.cancelled = cancelled
+        self.chat = chat  # the conversation it answers (a new or loaded one drops it)
 
 
 class GenerationFailed(Message):

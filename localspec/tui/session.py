@@ -44,6 +44,13 @@ class ChatSession:
         self.turns.clear()
 
     def save(self, path: Path, model: str) -> None:
+        """Write the conversation to ``path``; a file there that is not a chat file (notes, a
+        model...) is refused, not replaced."""
+        if not overwritable(path):
+            raise LocalspecError(
+                f"{path} holds something else than a localspec chat: not replaced",
+                "pick another name, or delete that file first",
+            )
         data = {
             "format": FORMAT,
             "version": VERSION,
@@ -79,19 +86,44 @@ class ChatSession:
         if not isinstance(messages, list) or not all(
             isinstance(m, dict)
             and m.get("role") in ("user", "assistant")
-            and isinstance(m.get("content"), str)
+            and is_text(m.get("content"))
             for m in messages
         ):
             raise LocalspecError(
                 f"{path}: field 'messages' is damaged",
-                "each message needs a role (user/assistant) and content",
+                "each message needs a role (user/assistant) and content (valid Unicode text)",
             )
         system = data.get("system")
-        if system is not None and not isinstance(system, str):
+        if system is not None and not is_text(system):
             raise LocalspecError(
-                f"{path}: field 'system' is damaged (a {type(system).__name__}, not text)", pick
+                f"{path}: field 'system' is damaged (not valid Unicode text)", pick
             )
         return cls(
             system,
             [{"role": m["role"], "content": m["content"]} for m in messages],
         )
+
+
+def is_text(value: object) -> bool:
+    """A string that is valid Unicode (JSON escapes can spell lone surrogates, which no
+    model can tokenize)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def overwritable(path: Path) -> bool:
+    """Whether saving a chat may replace what is at ``path``: nothing, an empty file, or a
+    chat file (damaged ones included); a device or a folder is refused by ``atomic_path``."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return True
+        with path.open("rb") as f:
+            head = f.read(256)
+    except OSError:
+        return True  # the write itself will say what is wrong
+    return FORMAT.encode() in head

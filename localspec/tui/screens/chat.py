@@ -41,7 +41,8 @@ class ChatHost(Protocol):
 
 
 REFRESH_S = 0.25  # redraw four times a second: rendering must not slow generation
-ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits
+ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits...
+ANSWER_ROOM_SHARE = 4  # ... or a quarter of a smaller context (or -n, if less)
 
 
 class ChatScreen(Screen[None]):
@@ -125,8 +126,13 @@ class ChatScreen(Screen[None]):
         engine = self.chat_app.engine
         assert engine is not None
         messages = self.session.messages()
-        n_prompt = len(engine.tokenize_prompt(messages))
-        if n_prompt + ANSWER_ROOM > engine.target.n_ctx:
+        try:
+            n_prompt = self.prompt_length()
+        except LocalspecError as exc:  # text the model cannot take (e.g. from a loaded file)
+            self.session.turns.pop()
+            self.notice(f"not sent: {exc.message}")
+            return
+        if n_prompt + self.answer_room() > engine.target.n_ctx:
             self.app.push_screen(
                 ContextFullScreen(n_prompt, engine.target.n_ctx), self.context_full_choice
             )
@@ -134,13 +140,24 @@ class ChatScreen(Screen[None]):
         self.generating = True
         self._window.clear()
         self.answer = self.conversation.add("assistant")
-        self.generate(messages)
+        self.generate(messages, self.session)
+
+    def prompt_length(self) -> int:
+        engine = self.chat_app.engine
+        assert engine is not None
+        return len(engine.tokenize_prompt(self.session.messages()))
+
+    def answer_room(self) -> int:
+        """Tokens the prompt must leave free: a small context keeps a share for the answer."""
+        engine = self.chat_app.engine
+        assert engine is not None
+        n_ctx, wanted = engine.target.n_ctx, self.chat_app.options.max_tokens
+        return min(ANSWER_ROOM, wanted or ANSWER_ROOM, n_ctx // ANSWER_ROOM_SHARE)
 
     def fits(self) -> bool:
         engine = self.chat_app.engine
         assert engine is not None
-        need = len(engine.tokenize_prompt(self.session.messages())) + ANSWER_ROOM
-        return need <= engine.target.n_ctx
+        return self.prompt_length() + self.answer_room() <= engine.target.n_ctx
 
     async def context_full_choice(self, choice: str | None) -> None:
         if choice == "trim":
@@ -162,7 +179,7 @@ class ChatScreen(Screen[None]):
             self.notice("not sent: the conversation is too long for the context")
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, messages: list[dict[str, str]]) -> None:
+    def generate(self, messages: list[dict[str, str]], chat: ChatSession) -> None:
         worker = get_current_worker()
         app = self.chat_app
         assert app.engine is not None
@@ -181,7 +198,7 @@ class ChatScreen(Screen[None]):
         except LocalspecError as exc:
             self.post_message(GenerationFailed(str(exc)))
             return
-        self.post_message(AnswerFinished("".join(text), reason, worker.is_cancelled))
+        self.post_message(AnswerFinished("".join(text), reason, worker.is_cancelled, chat))
 
     def drain(self) -> None:
         """Show what the generation thread produced since the last call. Run on a timer, not
@@ -218,6 +235,10 @@ class ChatScreen(Screen[None]):
         self.stats.show(event.stats, now_tps)
 
     def on_answer_finished(self, message: AnswerFinished) -> None:
+        if message.chat is not self.session:  # a new or loaded chat replaced its own
+            self.pending.clear()
+            self.generating, self.answer = False, None
+            return
         self.drain()
         self.generating = False
         if self.answer is not None:
@@ -245,7 +266,8 @@ class ChatScreen(Screen[None]):
 
     async def action_new_chat(self) -> None:
         self.action_stop()
-        self.session.clear()
+        self.session = ChatSession(self.session.system)
+        self.answer = None
         await self.conversation.remove_children()
         self.stats.show(None)
 
@@ -289,7 +311,7 @@ class ChatScreen(Screen[None]):
             self.notify(f"not loaded, the current chat is kept: {exc.message}", severity="error")
             return
         self.action_stop()
-        self.session = session
+        self.session, self.answer = session, None
         await self.redraw_conversation()
         self.notify(f"loaded {path}")
 
