@@ -81,16 +81,25 @@ def atomic_path(dest: Path) -> Iterator[Path]:
             f"{dest} is not a regular file (a device, a pipe or a folder): not replaced",
             "give the path of a file",
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_scratch(dest.parent)
-    fd, tmp_name = tempfile.mkstemp(prefix=_scratch_prefix(dest), suffix=".part", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_scratch(dest.parent)
+        tmp = _new_scratch_file(dest)
+    except OSError as exc:  # a read-only place, /proc...: say where, not the scratch name
+        raise LocalspecError(
+            f"cannot write {dest}: {exc.strerror or exc}", "pick a writable place"
+        ) from None
     try:
         yield tmp
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _new_scratch_file(dest: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=_scratch_prefix(dest), suffix=".part", dir=dest.parent)
+    os.close(fd)
+    return Path(name)
 
 
 @contextlib.contextmanager
@@ -129,6 +138,10 @@ def check_output_path(path: Path, flag: str) -> None:
         raise LocalspecError(f"{flag} {path}: not a regular file (a device, a pipe...)", hint)
     if path.exists() and not os.access(path, os.W_OK):
         raise LocalspecError(f"{flag} {path}: the file is not writable", hint)
+    try:  # what the permission bits do not say (root, /proc, a read-only mount): try it
+        _new_scratch_file(path).unlink()
+    except OSError as exc:
+        raise LocalspecError(f"{flag} {path}: cannot write there ({exc.strerror})", hint) from None
 
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:

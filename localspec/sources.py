@@ -54,8 +54,18 @@ def cache_dir() -> Path:
 def resolve_model(ref: str | os.PathLike[str], catalog: Catalog | None = None) -> Path:
     """Return a local, verified GGUF for a path or a catalog name."""
     text = os.fspath(ref)
-    if text.endswith(".gguf") or os.sep in text or Path(text).exists():
-        return check_local_gguf(Path(text))
+    catalog_name = not text.endswith(".gguf") and os.sep not in text
+    if not catalog_name or Path(text).exists():
+        try:
+            return check_local_gguf(Path(text))
+        except LocalspecError as exc:
+            catalog = catalog or load_catalog()
+            if catalog_name and text in catalog.models:  # a file in the way of the name
+                raise LocalspecError(
+                    f"{exc.message}: a file of this directory hides the catalog model {text}",
+                    f"rename or move ./{text}, or run localspec from another directory",
+                ) from None
+            raise
     catalog = catalog or load_catalog()
     return fetch_entry(catalog.get(text), catalog)
 

@@ -118,6 +118,8 @@ def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_pa
         (["--json", str(tmp_path)], f"--json {tmp_path}: is a directory, not a file"),
         (["--markdown", str(tmp_path)], "--markdown"),
         (["--plot", str(tmp_path / "no" / "x.png")], "does not exist"),
+        # writable by its permission bits (for root), not in fact
+        (["--json", "/proc/bench.json"], "--json /proc/bench.json: cannot write there"),
         (["--native", "/nope"], "--native /nope: no executable llama-speculative-simple"),
     ]
     for extra, expected in cases:

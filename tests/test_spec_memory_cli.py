@@ -54,7 +54,17 @@ def test_memory_flags_are_checked(capsys, qwen_path: Path) -> None:  # type: ign
     err = error_of(capsys, "run", "--spec-memory", "qwen2.5-coder-0.5b", "-p", "x")
     assert "that is a model" in err and "before the flag" in err
     assert "that is a model" in error_of(capsys, "run", q, "--spec-memory", q)
+    # after a model too: a memory file named like a catalog model would hide that model
+    err = error_of(capsys, "run", q, "--spec-memory", "smollm2-135m", "-p", "x")
+    assert "that is a model" in err and "named like a catalog model" in err
     assert "the path is empty" in error_of(capsys, "run", q, "--spec-memory", "")
+
+
+def test_a_file_that_hides_a_catalog_name_is_named(capsys, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2-135m").write_bytes(b"PK\x03\x04 not a model")
+    err = error_of(capsys, "run", "smollm2-135m", "-p", "x")
+    assert "hides the catalog model smollm2-135m" in err and "rename or move" in err
 
 
 def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_path: Path) -> None:

@@ -257,11 +257,14 @@ def check_memory_path(path: str, target: str | None, catalog: Catalog) -> None:
         raise LocalspecError(
             "--spec-memory: the path is empty", "give a file name, or no value: the cache's file"
         )
-    if path.endswith(".gguf") or (target is None and path in catalog.models):
+    if path.endswith(".gguf") or path in catalog.models:
         raise LocalspecError(
             f"--spec-memory {path}: that is a model, not a memory file",
             f"put the model before the flag (e.g. localspec serve {path} --spec-memory), or "
-            "name the memory file differently",
+            "name the memory file differently"
+            if target is None
+            else "name the memory file differently (a file named like a catalog model would "
+            "hide that model in this directory)",
         )
 
 
