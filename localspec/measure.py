@@ -16,8 +16,8 @@ decoding speed by 2-10x within seconds. So:
 - a figure no drafting could reach (above the ceiling of this machine's measured cost
   curve), plain speeds that moved in every pair, repeats with no agreeing majority, or a
   figure more than ``DISAGREEMENT`` from the prediction mark the cell *noisy*: it is shown
-  as such, ranked by its prediction (never by its noisy measurement), and ``--mode auto``
-  will not use it;
+  as such, ranked after every trusted cell, by its prediction (never by its noisy
+  measurement), and ``--mode auto`` will not use it;
 - a *predicted* speedup, from what does not depend on the wall clock (acceptance, the draft
   lengths used, the calibrated cost curves), is shown beside the measured one, and a noisy
   cell is ranked by it.
@@ -194,9 +194,11 @@ def predicted_speedup(stats: Stats, cost: VerifyCost, draft_step_s: float) -> fl
     """Plain decoding's cost for the same tokens over speculation's: the target's passes on
     the cost curve, plus, for a neural drafter, one draft step per drafted token and one
     per verification (the draft catching up with the accepted tokens)."""
-    if stats.n_tokens == 0 or stats.rounds == 0:
+    if stats.n_tokens < 2 or stats.rounds == 0:
         return None
-    plain = stats.n_tokens * float(cost(np.array([1]))[0])
+    # the first token comes from the prompt's pass in both: plain decoding then takes a
+    # one-token step for each of the others
+    plain = (stats.n_tokens - 1) * float(cost(np.array([1]))[0])
     draft = draft_step_s * (stats.drafted + stats.verifications)
     return plain / (target_seconds(stats, cost) + draft)
 

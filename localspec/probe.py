@@ -110,7 +110,10 @@ def measure(
     unrelated prompts it shows what the memory costs, on a file of similar requests what it
     gains."""
     gen = dict(chat=True, max_tokens=n_tokens, temperature=temperature, seed=seed)
-    ceiling = engine.verify_cost().ceiling()
+    # one curve for the ceiling and every prediction: sized for the longest draft probed (a
+    # curve calibrated again later, on a machine busier or quieter, would not compare)
+    cost = engine.verify_cost(max(c.n_max for c in configs))
+    ceiling = cost.ceiling()
     draft_step = engine.draft_step_seconds()
     earlier: list[np.ndarray] = []  # the prompts probed so far, with their plain answers
 
@@ -144,7 +147,7 @@ def measure(
                 runs.append(r.stats)
                 before = after
                 predicted = predicted_speedup(
-                    runs[0], engine.verify_cost(), _draft_step(config, runs[0], draft_step)
+                    runs[0], cost, _draft_step(config, runs[0], draft_step)
                 )
             if budget is not None:
                 budget.cell_done()
@@ -226,6 +229,18 @@ def rank(measurements: Sequence[Measurement]) -> list[Ranked]:
     return sorted(ranked, key=lambda r: (r.noisy and r.predicted is None, -r.speedup))
 
 
+def measured_winner(ranking: Sequence[Ranked]) -> Ranked | None:
+    """The best configuration whose speedup was measured reliably (what ``--mode auto``
+    runs: an estimate ranked above it is not acted on)."""
+    return next((r for r in ranking if not r.noisy), None)
+
+
+def chosen(ranking: Sequence[Ranked]) -> Ranked | None:
+    """What is saved as the winner: the measured one, else the best estimate (refused by
+    ``--mode auto``)."""
+    return measured_winner(ranking) or (ranking[0] if ranking else None)
+
+
 def best_per_config_family(ranking: Sequence[Ranked]) -> list[Ranked]:
     """Keep the best draft length of each (mode, draft): the table users need."""
     seen: set[tuple[str, str | None]] = set()
@@ -241,15 +256,18 @@ def best_per_config_family(ranking: Sequence[Ranked]) -> list[Ranked]:
 def recommendation(ranking: Sequence[Ranked]) -> str:
     if not ranking:
         return "nothing could be measured"
-    best = ranking[0]
+    estimate, best = ranking[0], measured_winner(ranking)
     lines = []
-    if best.noisy:
+    if estimate.noisy:
         lines.append(
-            "no configuration could be measured reliably (the machine was too busy): the "
-            f"best estimate is {best.config.label} at {best.speedup:.2f}x; rerun when the "
-            "machine is quieter, or give it more time with --budget"
+            f"the best estimate is {estimate.config.label} at {estimate.speedup:.2f}x, but the "
+            "machine was too busy to measure it reliably: rerun when it is quieter, or give "
+            "it more time with --budget"
         )
-    elif best.speedup >= WORTH_IT:
+    if best is None:
+        lines[0] = "no configuration could be measured reliably: " + lines[0]
+        return "\n".join(lines)
+    if best.speedup >= WORTH_IT:
         lines.append(f"use {best.config.label}: {best.speedup:.2f}x plain decoding overall")
     else:
         lines.append(
@@ -278,7 +296,7 @@ def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measure
     data = {
         "target": str(target),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "winner": ranked_dict(ranking[0]) if ranking else None,
+        "winner": ranked_dict(winner) if (winner := chosen(ranking)) else None,
         "ranking": [ranked_dict(r) for r in ranking],
         "measurements": [measurement_dict(m) for m in measurements],
     }

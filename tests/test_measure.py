@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from localspec import measure
+from localspec import measure, probe
 from localspec.engine.costs import VerifyCost
 from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
@@ -92,10 +92,34 @@ def test_the_prediction_uses_the_draft_lengths_and_the_cost_curve() -> None:
     stats = Stats(n_tokens=30, rounds=10, verifications=8, drafted=24, drafted_at=(8, 8, 4, 4))
     target = 2 * 0.010 + 4 * 0.020 + 4 * 0.030
     assert measure.target_seconds(stats, cost) == pytest.approx(target)
-    assert predicted_speedup(stats, cost, 0.0) == pytest.approx(30 * 0.010 / target)
-    with_draft = 30 * 0.010 / (target + 0.002 * (24 + 8))
+    # plain decoding too takes the first token from the prompt's pass: 29 one-token steps
+    assert predicted_speedup(stats, cost, 0.0) == pytest.approx(29 * 0.010 / target)
+    with_draft = 29 * 0.010 / (target + 0.002 * (24 + 8))
     assert predicted_speedup(stats, cost, 0.002) == pytest.approx(with_draft)
     assert predicted_speedup(Stats(), cost, 0.0) is None
+    assert predicted_speedup(Stats(n_tokens=1), cost, 0.0) is None
+
+
+def test_a_prediction_never_passes_the_ceiling_nor_one_without_acceptance() -> None:
+    cost = VerifyCost(np.arange(1, 10), 0.010 + 0.002 * np.arange(9) ** 1.2)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        k, rounds = int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        drafting = int(rng.integers(0, rounds + 1))  # rounds that verified k drafted tokens
+        accepted = [int(rng.integers(0, k + 1)) for _ in range(drafting)]
+        n_tokens = 1 + rounds + sum(accepted)  # the prompt's token, one per round, the kept
+        stats = Stats(
+            n_tokens=n_tokens,
+            rounds=rounds,
+            verifications=drafting,
+            drafted=k * drafting,
+            accepted=sum(accepted),
+            drafted_at=(drafting,) * k,
+        )
+        predicted = predicted_speedup(stats, cost, 0.0)
+        assert predicted is not None and predicted <= cost.ceiling() + 1e-9
+        if not sum(accepted):
+            assert predicted <= 1.0 + 1e-9
 
 
 def test_the_budget_pays_for_extra_pairs_pro_rata(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,6 +148,13 @@ def test_noisy_configurations_rank_by_their_prediction_or_last() -> None:
     assert [r.config.mode for r in ranking] == ["ngram-simple", "draft-model", "draft-self"]
     assert ranking[0].noisy and ranking[0].speedup == pytest.approx(1.5)
     assert not ranking[1].noisy and ranking[2].noisy
+    # what --mode auto runs, and what is recommended, is the best reliable measurement
+    assert probe.chosen(ranking) is ranking[1] and probe.measured_winner(ranking) is ranking[1]
+    advice = probe.recommendation(ranking)
+    assert "best estimate is ngram-simple n=8" in advice and "use draft-model" in advice
+    only_noisy = rank([unknown, predicted])
+    assert probe.measured_winner(only_noisy) is None and probe.chosen(only_noisy) is only_noisy[0]
+    assert probe.recommendation(only_noisy).startswith("no configuration could be measured")
 
 
 # ----- the protocol against a simulated busy machine --------------------------------------
@@ -152,7 +183,7 @@ class BusyMachine:
         drafted = 0 if mode == "none" else rounds
         return Run(
             Stats(
-                n_tokens=64,
+                n_tokens=65,  # the prompt's token, and one per round or drafted token
                 gen_ms=64_000 / speed,
                 rounds=rounds,
                 verifications=drafted,
@@ -162,7 +193,7 @@ class BusyMachine:
             )
         )
 
-    def verify_cost(self) -> VerifyCost:
+    def verify_cost(self, n_max: int | None = None) -> VerifyCost:
         return VerifyCost(np.array([1, 2, 16]), np.array([0.01, 0.012, 0.04]))  # ceiling 4x
 
     def draft_step_seconds(self) -> None:

@@ -81,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
     if args.save and ranking and not interrupted:
         saved = probe.save(target, ranking, run.measurements)
         console.print(f"saved for --mode auto: {saved}")
-        if ranking[0].noisy:
-            console.print("[yellow]the winner is noisy: --mode auto will not use it[/]")
-    if args.export and ranking:
+        if probe.measured_winner(ranking) is None:
+            console.print("[yellow]nothing was measured reliably: --mode auto will not use it[/]")
+    winner = probe.chosen(ranking)
+    if args.export and winner is not None:
         print(
             probe.export_command(
-                ranking[0].config if ranking[0].speedup >= WORTH_IT else ProbeConfig("none", 0),
+                winner.config if winner.speedup >= WORTH_IT else ProbeConfig("none", 0),
                 target,
                 args.export,
             )
@@ -256,8 +257,8 @@ def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
         )
     console.print(table)
     console.print(
-        "speedup: the measured median where it is reliable, else the prediction "
-        "(noisy rows rank below reliable ones)"
+        "speedup: the measured median where it is reliable, else the prediction; "
+        "--mode auto runs the best reliable row"
     )
     for c, why in run.rejected:
         console.print(f"[red]not usable[/]: {c}: {why}")
@@ -309,7 +310,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         type=at.integer(2, 50),
         default=4,
         help="speculative runs per configuration and prompt at most, each between two plain "
-        "runs (default 4; at least 2 are always made, more while their spread is wide)",
+        "runs (default 4; 2 are made unless the first agrees with the prediction, more while "
+        "their spread is wide)",
     )
     p.add_argument(
         "--budget",
