@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import select
+import signal
+import struct
+import sys
+import termios
+import time
 from pathlib import Path
 
 from localspec.tui.app import ChatApp, ChatOptions
@@ -235,3 +244,57 @@ async def test_tokens_from_the_speculation_memory_have_their_own_colour(smollm_p
         assert any(drafter == "suffix" for _, drafter in answer.spans)
         styles = {str(span.style) for span in answer.as_text().spans}
         assert DRAFTER_STYLES["suffix"] in styles
+
+
+def run_in_terminal(argv: list[str], keys: list[tuple[str | float, str]], timeout=300.0) -> int:
+    """Run a command in a pseudo-terminal as a user would; for each (wait_for, typed): wait
+    until the screen has shown ``wait_for`` (or that many seconds), then type. Returns the
+    exit status."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of 100x30, SIGINT as a terminal has it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.execvpe(argv[0], argv, {**os.environ, "COLUMNS": "100", "LINES": "30"})
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    seen, deadline = b"", time.monotonic() + timeout
+    try:
+        for wait_for, typed in keys:
+            until = time.monotonic() + wait_for if isinstance(wait_for, float) else deadline
+            while time.monotonic() < until and not (
+                isinstance(wait_for, str) and wait_for.encode() in seen
+            ):
+                if select.select([fd], [], [], 0.1)[0]:
+                    seen += os.read(fd, 65536)
+            os.write(fd, typed.encode())
+        while time.monotonic() < deadline:  # read until the app has left the terminal
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    if not os.read(fd, 65536):
+                        break
+                except OSError:
+                    break
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                break
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0) if time.monotonic() < deadline else (0, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_quitting_while_an_answer_streams_exits_cleanly_and_keeps_the_memory(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    """ctrl+q in the middle of an answer, in a real terminal: the engine is freed only once
+    the generation thread has left llama.cpp (freed under it: a segfault, exit -11), so
+    the exit status is 0 and the speculation memory is written at exit."""
+    memory = tmp_path / "memory.bin"
+    argv = [sys.executable, "-m", "localspec", "chat", str(smollm_path), "-n", "2000"]
+    code = run_in_terminal(
+        [*argv, "--spec-memory", str(memory)],
+        [
+            # the subtitle names the model once it is loaded
+            (f"{smollm_path.name} · ", "Write a very long story about a dragon and a knight.\r"),
+            (2.0, "\x11"),  # ctrl+q two seconds into the answer (2000 tokens: far more)
+        ],
+    )
+    assert code == 0
+    assert memory.stat().st_size > 0

@@ -144,7 +144,7 @@ class ChatApp(App[None]):
             if self.engine.target_path == message.engine.target_path:
                 # another draft for the same target: what it wrote still drafts
                 message.engine.memories = self.engine.memories
-            self.engine.close()
+            self.close_engine()
         self.engine = message.engine
         self.mode_override = None
         self.sub_title = f"{self.engine.target_path.name} · {self.engine.mode}"
@@ -210,5 +210,11 @@ class ChatApp(App[None]):
         self.load()
 
     def on_unmount(self) -> None:
-        if self.engine is not None:
+        self.close_engine()
+
+    def close_engine(self) -> None:
+        """Free the engine (and save its memory) once no answer is being generated with it:
+        freeing it under a running llama_decode crashes the process."""
+        if self.engine is not None and self.chat.stop_and_wait():
             self.engine.close()
+        self.engine = None

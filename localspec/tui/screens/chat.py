@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -11,6 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
@@ -43,6 +45,7 @@ class ChatHost(Protocol):
 REFRESH_S = 0.25  # redraw four times a second: rendering must not slow generation
 ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits...
 ANSWER_ROOM_SHARE = 4  # ... or a quarter of a smaller context (or -n, if less)
+STOP_WAIT_S = 60.0  # a generation stops after its round: seconds at most, even on a slow CPU
 
 
 class ChatScreen(Screen[None]):
@@ -62,6 +65,8 @@ class ChatScreen(Screen[None]):
         self.answer: MessageView | None = None
         self.generating = False
         self.pending: deque[RoundEvent] = deque()  # filled by the generation thread
+        self.idle = threading.Event()  # set while no generation thread is in the engine
+        self.idle.set()
         self._window: list[tuple[float, int]] = []  # (time, n_tokens) for "tok/s now"
 
     @property
@@ -140,6 +145,7 @@ class ChatScreen(Screen[None]):
         self.generating = True
         self._window.clear()
         self.answer = self.conversation.add("assistant")
+        self.idle.clear()
         self.generate(messages, self.session)
 
     def prompt_length(self) -> int:
@@ -198,6 +204,8 @@ class ChatScreen(Screen[None]):
         except LocalspecError as exc:
             self.post_message(GenerationFailed(str(exc)))
             return
+        finally:
+            self.idle.set()
         self.post_message(AnswerFinished("".join(text), reason, worker.is_cancelled, chat))
 
     def drain(self) -> None:
@@ -235,7 +243,8 @@ class ChatScreen(Screen[None]):
         self.stats.show(event.stats, now_tps)
 
     def on_answer_finished(self, message: AnswerFinished) -> None:
-        if message.chat is not self.session:  # a new or loaded chat replaced its own
+        if message.chat is not self.session or not self.shown():
+            # a new or loaded chat replaced its own, or the app is closing
             self.pending.clear()
             self.generating, self.answer = False, None
             return
@@ -256,13 +265,27 @@ class ChatScreen(Screen[None]):
         self.answer = None
         if self.session.turns and self.session.turns[-1]["role"] == "user":
             self.session.turns.pop()
-        self.notice(f"error: {message.error}")
+        if self.shown():
+            self.notice(f"error: {message.error}")
+
+    def shown(self) -> bool:
+        """Whether the conversation is on screen (not while the app closes)."""
+        try:
+            return self.conversation.is_attached
+        except NoMatches:
+            return False
 
     # ----- actions ----------------------------------------------------------------------------
 
     def action_stop(self) -> None:
         if self.generating:
             self.workers.cancel_group(self, "generate")
+
+    def stop_and_wait(self) -> bool:
+        """Stop the answer being written and wait until its thread has left the engine (it
+        stops after its round): only then may the engine be freed. False if it did not."""
+        self.action_stop()
+        return self.idle.wait(STOP_WAIT_S)
 
     async def action_new_chat(self) -> None:
         self.action_stop()
