@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
 from localspec.lossless import compare
-from localspec.measure import CEILING_SLACK, shown
+from localspec.measure import CEILING_SLACK, shown, unearned
 from localspec.prompts import PromptCase
 
 
@@ -201,9 +201,14 @@ def flag_noise(cells: Sequence[Cell], ceiling: float) -> list[Cell]:
     changed speed between a cell's runs and its plain runs): flag it, never report it plain."""
     flagged = []
     for c in cells:
-        if c.mode != "none" and c.speedup_median > ceiling * CEILING_SLACK:
+        if c.mode == "none":
+            flagged.append(c)
+            continue
+        if c.speedup_median > ceiling * CEILING_SLACK:
             reason = f"median {c.speedup_median:.2f}x above this machine's {ceiling:.2f}x ceiling"
             c = replace(c, noise=(*c.noise, reason))
+        if why := unearned(c.speedup_median, int(c.acceptance_rate > 0)):
+            c = replace(c, noise=(*c.noise, why))
         flagged.append(c)
     return flagged
 

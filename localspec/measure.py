@@ -167,6 +167,14 @@ def judge(pairs: Sequence[Pair], ceiling: float, predicted: float | None) -> Ver
     return Verdict(measured, min(ratios), max(ratios), predicted, len(pairs), tuple(reasons))
 
 
+def unearned(measured: float, accepted: int) -> str | None:
+    """Why a speedup over plain decoding is noise when no drafted token was accepted (every
+    token then costs at least a plain step): None when it is not."""
+    if accepted == 0 and measured > CEILING_SLACK:
+        return f"measured {measured:.2f}x with no drafted token accepted"
+    return None
+
+
 def shown(measured: float, low: float, high: float, noisy: bool, ceiling: float) -> str:
     """A measured figure as printed: a number no drafting could reach is not printed."""
     if measured > ceiling * CEILING_SLACK:

@@ -16,7 +16,7 @@ import math
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from localspec.measure import (
     judge,
     needs_more,
     predicted_speedup,
+    unearned,
 )
 from localspec.modes import LOOKUP_MODES, parse_mode
 from localspec.probe_results import WORTH_IT, ProbeConfig, write
@@ -186,12 +187,15 @@ def cell(
     predicted: float | None,
 ) -> Measurement:
     first = runs[0]
+    verdict = judge(pairs, ceiling, predicted)
+    if why := unearned(verdict.measured, sum(s.accepted for s in runs)):
+        verdict = replace(verdict, reasons=(*verdict.reasons, why))
     return Measurement(
         config,
         case.name,
         case.kind,
         tuple(pairs),
-        judge(pairs, ceiling, predicted),
+        verdict,
         statistics.fmean(s.acceptance_rate for s in runs),
         statistics.fmean(s.mean_acceptance_length for s in runs),
         first.acceptance_per_position,

@@ -56,11 +56,14 @@ def _saved(target: Path) -> dict[str, Any] | None:
 def saved_choice(target: Path) -> ProbeConfig | None:
     """The saved winner for this target, ``ProbeConfig('none', 0)`` when the probe found
     that speculation does not pay here, or None when no probe was saved. A winner that was
-    measured on a machine too busy to trust is refused."""
+    measured on a machine too busy to trust is refused, and so is a damaged or stale file."""
+    if not probe_file(target).exists():
+        return None
     data = _saved(target)
     winner = data.get("winner") if data is not None else None
     if not isinstance(winner, dict):
-        return None
+        raise _unusable(target, "damaged: not a probe's results")
+    choice = _winner(target, winner)
     if winner.get("noisy"):
         raise LocalspecError(
             f"--mode auto: the saved probe of {target.name} could not measure its winner "
@@ -69,9 +72,39 @@ def saved_choice(target: Path) -> ProbeConfig | None:
             f"rerun `localspec probe {target} --save` when the machine is quieter, "
             "or choose a --mode",
         )
-    if winner.get("speedup", 0) < WORTH_IT:
+    if winner["speedup"] < WORTH_IT:
         return ProbeConfig("none", 0)
-    return ProbeConfig(winner["mode"], int(winner["n_max"]), winner.get("draft"))
+    return choice
+
+
+def _winner(target: Path, winner: dict[str, Any]) -> ProbeConfig:
+    """The winner's configuration, checked: the file is the user's to edit or damage."""
+    from localspec.engine.loop import SpecConfig
+    from localspec.modes import parse_mode
+
+    mode, n_max, draft = winner.get("mode"), winner.get("n_max"), winner.get("draft")
+    speedup = winner.get("speedup")
+    if not isinstance(speedup, int | float) or isinstance(speedup, bool):
+        raise _unusable(target, f"damaged: its winner's speedup is {speedup!r}")
+    if type(n_max) is not int or not (isinstance(draft, str) or draft is None):
+        raise _unusable(target, "damaged: its winner has no draft length or a bad draft")
+    try:
+        parse_mode(mode)  # type: ignore[arg-type]
+        if mode != "none":
+            SpecConfig(n_max=n_max, n_min=0).validate()
+    except LocalspecError as exc:
+        why = f"damaged: its winner's settings are wrong ({exc.message})"
+        raise _unusable(target, why) from None
+    if draft is not None and not Path(draft).is_file():
+        raise _unusable(target, f"stale: its winner's draft model {draft} is gone")
+    return ProbeConfig(mode, n_max, draft)  # type: ignore[arg-type]
+
+
+def _unusable(target: Path, why: str) -> LocalspecError:
+    return LocalspecError(
+        f"--mode auto: the saved probe of {target.name} ({probe_file(target)}) is {why}",
+        f"rerun `localspec probe {target} --save`, or choose a --mode",
+    )
 
 
 def saved_speedup(target: Path, mode: str) -> float | None:
@@ -83,6 +116,7 @@ def saved_speedup(target: Path, mode: str) -> float | None:
         for r in (ranking if isinstance(ranking, list) else [])
         if isinstance(r, dict)
         and r.get("mode") == mode
+        and not r.get("noisy")  # an estimate is not a measured speedup
         and isinstance(r.get("speedup"), float | int)
     ]
     return max(speeds) if speeds else None

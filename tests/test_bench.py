@@ -182,6 +182,22 @@ def test_cells_above_the_ceiling_are_flagged_and_not_printed() -> None:
     assert spec.to_dict()["noisy"] is True
 
 
+def test_a_speedup_with_nothing_accepted_is_noise() -> None:
+    """Every token then costs a plain step at least: 1.3x is the machine's speed moving."""
+    from localspec.bench import Run, flag_noise, meaning, summarise
+
+    def run(mode: str, tps: float, accepted: int) -> Run:
+        ms = 1000 * 10 / tps
+        return Run(mode, "p", "qa", 0.0, 0, 10, ms, tps, 4, accepted, 1.0, (0.0,), 1.0, 9.0)
+
+    cells = flag_noise(summarise([run("none", 10.0, 0), run("ngram-simple", 13.0, 0)]), 3.0)
+    spec = next(c for c in cells if c.mode == "ngram-simple")
+    assert spec.noisy and "no drafted token accepted" in spec.noise[0]
+    assert meaning("ngram-simple", cells, 3.0) == ""  # no "up to 1.30x" from noise
+    kept = flag_noise(summarise([run("none", 10.0, 0), run("ngram-simple", 13.0, 2)]), 3.0)
+    assert not next(c for c in kept if c.mode == "ngram-simple").noisy
+
+
 def test_mode_order_rotates_with_the_repeat() -> None:
     """Scheduling only (a recording stand-in for the engine): each mode, plain included,
     takes each place in the order once over as many repeats as there are modes."""

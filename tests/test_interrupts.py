@@ -5,6 +5,7 @@ an ignored SIGINT, and nothing here would be tested."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -77,10 +78,12 @@ def test_ctrl_c_during_a_derivation_stops_it_and_leaves_no_file(derived_env) -> 
     assert again.returncode == 0, again.stderr  # and the next run derives it whole
 
 
-def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path) -> None:
+def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path, tmp_path: Path) -> None:
+    report = tmp_path / "bench.json"
     proc = start(
-        "bench", str(smollm_path), "--prompts", "code-edit,qa", "-n", "48", "--repeat", "5"
-    )
+        "bench", str(smollm_path), "--prompts", "code-edit,qa", "-n", "48", "--repeat", "5",
+        "--json", str(report),
+    )  # fmt: skip
     assert proc.stderr is not None
     seen = []
     while True:
@@ -93,4 +96,5 @@ def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path) -> None
     assert code == 130, out
     assert "interrupted: the runs so far follow" in out
     assert "ngram-simple" in out and "ceiling" in out  # the table of what was measured
+    assert "interrupted: partial" in out and json.loads(report.read_text())["partial"] is True
     assert seconds < 10

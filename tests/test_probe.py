@@ -217,6 +217,40 @@ def test_mode_auto_refuses_a_noisy_winner(monkeypatch, tmp_path, smollm_path) ->
         Engine.load(smollm_path, mode="auto")
 
 
+@pytest.mark.parametrize(
+    ("winner", "expected"),
+    [
+        ({"speedup": 2.0}, "damaged: its winner has no draft length"),
+        ({"mode": "ngram-simple", "n_max": None, "speedup": 2.0}, "no draft length"),
+        ({"mode": "ngram-simple", "n_max": 8, "speedup": "fast"}, "speedup is 'fast'"),
+        ({"mode": "warp-drive", "n_max": 8, "speedup": 2.0}, "unknown --mode 'warp-drive'"),
+        ({"mode": "ngram-simple", "n_max": 100000, "speedup": 2.0}, "settings are wrong"),
+        (
+            {"mode": "draft-model", "n_max": 8, "speedup": 2.0, "draft": "/gone/d.gguf"},
+            "stale: its winner's draft model /gone/d.gguf is gone",
+        ),
+        ("not json {", "damaged: not a probe's results"),
+    ],
+    ids=["fields", "n_max", "speedup", "mode", "too-long", "draft-gone", "json"],
+)
+def test_mode_auto_refuses_a_damaged_or_stale_probe_file(  # type: ignore[no-untyped-def]
+    capsys, monkeypatch, tmp_path, smollm_path, winner, expected
+) -> None:
+    """The saved file is the user's to edit or to damage: one line naming it, exit 2."""
+    from localspec.cli import main
+    from localspec.probe_results import probe_file
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    saved = probe_file(smollm_path)
+    saved.parent.mkdir(parents=True)
+    text = winner if isinstance(winner, str) else json.dumps({"winner": winner})
+    saved.write_text(text)
+    code = main(["run", str(smollm_path), "--mode", "auto", "-n", "2", "-p", "hi"])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and str(saved) in err and "probe" in err, err
+    assert "Traceback" not in err and "internal error" not in err
+
+
 def test_probe_measures_the_memory_with_the_earlier_prompts_remembered(
     capsys, monkeypatch, tmp_path, qwen_path
 ) -> None:  # type: ignore[no-untyped-def]

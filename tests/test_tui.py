@@ -177,6 +177,18 @@ async def test_a_new_or_loaded_chat_drops_the_answer_being_written(
         assert [m["role"] for m in app.chat.session.turns] == ["user", "user", "assistant"]
 
 
+async def test_a_chat_loaded_without_a_system_message_keeps_the_flags_one(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({"format": "localspec-chat", "version": 1, "messages": []}))
+    app = make_app(smollm_path, max_tokens=8, system="Be brief.")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await app.chat.load_from(str(saved))
+        assert app.chat.session.system == "Be brief."
+
+
 async def test_a_small_context_keeps_a_share_for_the_answer(smollm_path: Path) -> None:
     """-c 256: a short question is answered, not sent to the context-full dialog."""
     app = make_app(smollm_path, n_ctx=256, max_tokens=1024)
@@ -184,6 +196,20 @@ async def test_a_small_context_keeps_a_share_for_the_answer(smollm_path: Path) -
         await ready(app, pilot)
         await ask(app, pilot, "hi")
         assert not isinstance(app.screen, ContextFullScreen)
+        assert app.chat.session.turns[-1]["role"] == "assistant"
+
+
+async def test_a_draft_that_does_not_load_leaves_the_chat_as_it_was(smollm_path: Path) -> None:
+    app = make_app(smollm_path, max_tokens=8)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        title = app.sub_title
+        app.reload_with_draft("/nonexistent/draft.gguf")
+        while app.sub_title.startswith("loading"):
+            await pilot.pause(0.05)
+        assert app.sub_title == title and app.options.draft is None
+        assert any("current one is kept" in str(n.message) for n in app._notifications)
+        await ask(app, pilot, "Say yes.")  # the engine still answers
         assert app.chat.session.turns[-1]["role"] == "assistant"
 
 

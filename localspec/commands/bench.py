@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 cells = with_native(args, engine, cells, prompts, options)
             except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
                 native_error = exc
-    report(args, console, cells, ceiling, engine.target_path.name, machine)
+    report(args, console, cells, ceiling, engine.target_path.name, machine, interrupted)
     if native_error is not None:
         raise LocalspecError(f"the native runs failed: {native_error.message}", native_error.hint)
     return 130 if interrupted else 0
@@ -158,11 +158,12 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
     return out
 
 
-def report(args, console, cells, ceiling, model, machine) -> None:  # type: ignore[no-untyped-def]
+def report(args, console, cells, ceiling, model, machine, partial) -> None:  # type: ignore[no-untyped-def]
     header = (
         f"localspec bench: {model}, {args.n_predict} tokens, {args.repeat} repeat(s), "
         f"{platform.machine()} {platform.processor() or ''}, ceiling {ceiling:.2f}x, "
         f"machine {'busy' if machine.busy else 'quiet'}"
+        + (", interrupted: partial" if partial else "")
     )
     table = Table(title=header)
     for col in (
@@ -221,6 +222,7 @@ def report(args, console, cells, ceiling, model, machine) -> None:  # type: igno
                         mode: round(g, 3) for mode, (g, *_) in bench.native_ratios(cells).items()
                     },
                     "meaning": meanings,
+                    "partial": partial,  # Ctrl-C: the runs measured so far
                 },
                 indent=2,
             ),

@@ -233,10 +233,8 @@ def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
             )
         )
         return
-    table = Table(
-        title=f"probe: {run.target.name} (speedup vs plain decoding, same run; "
-        f"ceiling {run.ceiling:.2f}x)"
-    )
+    ceiling = f"; ceiling {run.ceiling:.2f}x" if run.ceiling else ""  # none before calibration
+    table = Table(title=f"probe: {run.target.name} (speedup vs plain decoding, same run{ceiling})")
     kinds = sorted({m.kind for m in run.measurements})
     table.add_column("#", no_wrap=True)
     table.add_column("configuration", overflow="fold", ratio=3, min_width=16)

@@ -111,6 +111,7 @@ class ChatApp(App[None]):
         self.engine: Engine | None = None
         self.load_error: LocalspecError | None = None  # the first load failed: exit with it
         self.mode_override: str | None = None
+        self.loaded_with = options.draft, options.mode  # the engine's draft and mode options
         self.chat = ChatScreen()
 
     def on_mount(self) -> None:
@@ -147,6 +148,10 @@ class ChatApp(App[None]):
             self.close_engine()
         self.engine = message.engine
         self.mode_override = None
+        self.show_engine()
+
+    def show_engine(self) -> None:
+        assert self.engine is not None
         self.sub_title = f"{self.engine.target_path.name} · {self.engine.mode}"
         self.show_mode(self.current_mode)
 
@@ -155,6 +160,8 @@ class ChatApp(App[None]):
             self.load_error = message.error
             self.exit(return_code=2)
             return
+        self.options.draft, self.options.mode = self.loaded_with  # not the failed load's
+        self.show_engine()
         self.notify(
             f"could not load the model, the current one is kept: {message.error}",
             severity="error",
@@ -205,6 +212,7 @@ class ChatApp(App[None]):
         if self.chat.generating:
             self.notify("stop the answer first (esc)", severity="warning")
             return
+        self.loaded_with = self.options.draft, self.options.mode
         self.options.draft, self.options.mode = draft, "draft-model"
         self.sub_title = "loading the draft model…"
         self.load()

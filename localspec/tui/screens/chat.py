@@ -333,6 +333,8 @@ class ChatScreen(Screen[None]):
         except LocalspecError as exc:
             self.notify(f"not loaded, the current chat is kept: {exc.message}", severity="error")
             return
+        if session.system is None:  # saved without one: this chat's --system applies
+            session.system = self.chat_app.options.system
         self.action_stop()
         self.session, self.answer = session, None
         await self.redraw_conversation()
