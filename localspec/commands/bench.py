@@ -23,6 +23,7 @@ from localspec.hardware import machine_load
 from localspec.prompts import select_prompts
 
 CELL_MODES = "none,ngram-simple"  # --modes without --scenarios
+CELL_PROMPTS = "code-edit,code,qa,summary,creative,french"
 SCENARIO_MODES = "suffix+ngram-simple"  # with: each is also compared with none, ngram-simple
 
 
@@ -48,11 +49,18 @@ def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
+    given = args.modes is not None
     if args.scenarios is not None:
         from localspec.commands.bench_scenarios import run_scenarios
 
-        return run_scenarios(args, parse_list(args.modes or SCENARIO_MODES, "--modes", canonical))
-    modes = [canonical(m) for m in parse_list(args.modes or CELL_MODES, "--modes")]
+        if args.prompts is not None:
+            raise LocalspecError(
+                "--prompts does not apply to --scenarios (they bring their own requests)",
+                "drop --prompts, or bench the prompts in a run of their own",
+            )
+        modes = parse_list(args.modes if given else SCENARIO_MODES, "--modes", canonical)
+        return run_scenarios(args, modes)
+    modes = [canonical(m) for m in parse_list(args.modes if given else CELL_MODES, "--modes")]
     neural = {neural_part(m) for m in modes} - {None}
     if len(neural) > 1:
         raise LocalspecError(
@@ -62,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if "draft-model" in neural and args.draft is None:
         raise LocalspecError("--modes draft-model needs a draft model (-md)")
     temps = parse_list(args.temps, "--temps", at.temperature)
-    prompts = select_prompts(args.prompts)
+    prompts = select_prompts(args.prompts if args.prompts is not None else CELL_PROMPTS)
     check_outputs(args)
     args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
@@ -260,8 +268,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--prompts",
-        default="code-edit,code,qa,summary,creative,french",
-        help="prompt kinds or a prompt file",
+        default=None,
+        help=f"prompt kinds or a prompt file (default {CELL_PROMPTS})",
     )
     p.add_argument("--temps", default="0", help="comma-separated temperatures")
     p.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
