@@ -314,9 +314,10 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
         try:
             catalog.get(ref)
         except LocalspecError as exc:
+            hint = (exc.hint or "").replace(" (or give a path to a .gguf file)", "")
             raise LocalspecError(
                 f"pull: {ref!r} is not a model of the catalog {catalog.path}",
-                f"{exc.hint}; or give a Hugging Face repo as OWNER/NAME[:FILE.gguf]",
+                f"{hint}; or give a Hugging Face repo as OWNER/NAME[:FILE.gguf]",
             ) from None
     repo, colon, file = ref.partition(":")
     if colon and not file:
@@ -326,9 +327,16 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
     check_hub_ref(repo, file)
     from huggingface_hub import try_to_load_from_cache
 
+    offline = _hub_offline() or not _hub_resolvable()
+    if not file and offline:  # listing the repo would retry for half a minute
+        raise LocalspecError(
+            f"cannot list the files of {repo}: no network",
+            "connect to the network, or name a file already in the cache: "
+            f"localspec pull {repo}:FILE.gguf",
+        )
     file = file or _single_gguf(repo)
     cached = try_to_load_from_cache(repo, file)
-    if _hub_offline() or not _hub_resolvable():
+    if offline:
         return _cached_instead(
             cached,
             "offline",

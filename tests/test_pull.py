@@ -162,6 +162,12 @@ def test_offline_pull_uses_the_cache_or_says_why(tmp_path: Path, hub: str) -> No
     again = pull(tmp_path, hub, f"{REPO}:tiny-q4.gguf", HF_HUB_OFFLINE="1")
     assert again.returncode == 0 and "using the cached" in again.stderr
     assert HubHandler.requests == []
+    # no file named, no network: said at once (listing the repo would retry for 30 s)
+    unnamed = pull(tmp_path, hub, REPO, HF_HUB_OFFLINE="1")
+    assert unnamed.returncode == 2 and f"cannot list the files of {REPO}: no network" in (
+        unnamed.stderr
+    )
+    assert HubHandler.requests == []
 
 
 def test_pull_survives_a_broken_download(tmp_path: Path, hub: str) -> None:
