@@ -9,6 +9,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -40,3 +41,12 @@ def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int
 def status(message: str) -> None:
     """One line of what is happening, on stderr (stdout is for the answer)."""
     print(message, file=sys.stderr, flush=True)
+
+
+PIPED_WIDTH = 160  # rich folds tables into 80 columns when not on a terminal: cells get cut
+
+
+def report_console(stderr: bool = False) -> Console:
+    """Where a command prints its tables: the terminal's width, or a wide one when piped."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else PIPED_WIDTH)

@@ -6,11 +6,9 @@ import argparse
 import importlib.util
 import json
 import platform
-import sys
 from functools import partial
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from localspec import argtypes as at
@@ -20,6 +18,7 @@ from localspec.commands.flags import spec_for as run_spec_for
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path, check_output_path
 from localspec.hardware import machine_load
+from localspec.progress import report_console
 from localspec.prompts import select_prompts
 
 CELL_MODES = "none,ngram-simple"  # --modes without --scenarios
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
     # redirected, rich would fold the table into 80 columns and cut its cells
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    console = report_console(stderr=True)
     machine = machine_load()
     console.print(machine.describe())
     native_error = None

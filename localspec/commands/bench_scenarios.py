@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +16,7 @@ from localspec.errors import LocalspecError
 from localspec.hardware import machine_load
 from localspec.measure import unearned
 from localspec.modes import neural_part
+from localspec.progress import report_console
 
 
 def run_scenarios(args: argparse.Namespace, modes: list[str]) -> int:
@@ -31,7 +31,7 @@ def run_scenarios(args: argparse.Namespace, modes: list[str]) -> int:
     check_outputs(args)
     neural = {neural_part(m) for m in modes} - {None}
     args.mode = next(iter(neural), "ngram-simple")
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    console = report_console(stderr=True)
     machine = machine_load()
     console.print(machine.describe())
     runs: list[sc.RequestRun] = []

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import platform
 
-from rich.console import Console
-
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
 from localspec.hardware import machine_load
+from localspec.progress import report_console
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from localspec.hardware import threads_for
 
     mem = psutil.virtual_memory()
-    console = Console()
+    console = report_console()
     load = machine_load()
     args.threads = args.threads or threads_for(load)
     console.print(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 from localspec.catalog import ModelEntry, load_catalog
 from localspec.commands.pairs import hf_cache_ggufs
+from localspec.progress import report_console
 from localspec.sources import cache_dir, local_path
 
 GIB = 1 << 30
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         size = f"{r['size'] / GIB:.2f} GiB" if r["size"] else "?"
         where = r["path"] or "[dim]not downloaded[/]"
         table.add_row(r["name"], size, where, r["source"], r["description"])
-    console = Console()
+    console = report_console()
     console.print(table)
     for p in others:
         console.print(f"also on disk: {p} ({p.stat().st_size / GIB:.2f} GiB)")

@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from localspec import argtypes as at
@@ -16,6 +15,7 @@ from localspec.catalog import Catalog, load_catalog
 from localspec.derivation.gguf_info import gguf_info
 from localspec.errors import LocalspecError
 from localspec.pairing import Verdict, check, draftless_modes
+from localspec.progress import report_console
 from localspec.sources import local_path, resolve_model
 from localspec.vocab import Vocab
 
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_pairs(info, rows, notes, known) -> None:  # type: ignore[no-untyped-def]
-    console = Console()
+    console = report_console()
     console.print(
         f"[bold]target[/]: {info.path}  ({info.family}, {info.size_label or '?'}, "
         f"{info.file_type}, {info.file_size / GIB:.2f} GiB, vocab {info.vocab_size})"

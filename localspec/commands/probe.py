@@ -25,6 +25,7 @@ from localspec.hardware import MachineLoad, machine_load
 from localspec.measure import Budget, shown
 from localspec.pairing import MAX_USEFUL_SIZE_RATIO, draftless_modes
 from localspec.probe_results import WORTH_IT, ProbeConfig
+from localspec.progress import report_console
 from localspec.prompts import PromptCase, select_prompts
 from localspec.sources import resolve_model
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     wanted = parse_modes(args.modes)
     catalog = load_catalog()
     target = resolve_model(args.target, catalog)
-    console = Console(stderr=args.json)
+    console = report_console(stderr=args.json)
     run = ProbeRun(target, machine_load())
     draftless, compatible = plan(args, run, catalog, wanted)
     console.print(run.machine.describe())
