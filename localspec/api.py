@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from localspec import api_checks as checks
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
@@ -58,6 +59,7 @@ from localspec.memory_bank import (
 from localspec.modes import LOOKUP_MODES, canonical, neural_part, parse_mode
 from localspec.pairing import vocab_problems
 from localspec.probe_results import saved_choice
+from localspec.progress import status
 from localspec.sources import resolve_model
 
 # rollback depth asked of recurrent/hybrid targets: each step kept costs one copy of the
@@ -232,11 +234,15 @@ class Engine:
         suffix drafter's memory of earlier generations (0: none); ``spec_memory_path``: a
         file that keeps it across runs (``--spec-memory``; True: the cache's file for this
         target)."""
+        checks.load_arguments(
+            target, draft, n_ctx, n_threads, n_gpu_layers, n_gpu_layers_draft, progress
+        )
+        if mode is not None and (not isinstance(mode, str) or not mode.strip()):
+            raise LocalspecError(f"mode must be a mode's name or None (got {mode!r})")
         mode = resolve_mode(mode, draft is not None)
         validate_memory_cap(spec_memory_mb)
-        spec = spec or SpecConfig()
-        spec.validate()
-        ngram = ngram or NgramParams()
+        spec = checks.spec(spec) if spec is not None else SpecConfig()
+        ngram = checks.ngram(ngram) if ngram is not None else NgramParams()
         validate_ngram(ngram)
         if flash_attn not in FLASH_ATTN_CHOICES:
             raise LocalspecError(
@@ -246,6 +252,11 @@ class Engine:
         target_path = resolve_model(target)
         if n_threads is None:
             n_threads = threads_now()
+        elif n_threads > (os.cpu_count() or 1):
+            status(
+                f"{n_threads} threads on {os.cpu_count()} logical cores: llama.cpp's threads "
+                "wait for one another, decoding will be far slower than with fewer"
+            )
         if mode == "auto":
             mode, draft, spec = auto_choice(target_path, spec)
         if spec_memory_mb == 0 and SuffixDrafter.name in parse_mode(mode):
@@ -334,7 +345,7 @@ class Engine:
         system: str | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        chat = chat or not isinstance(prompt, str)
+        chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
         return build_prompt(self.target, prompt, chat, system, tools)
 
     def _controller(
@@ -469,10 +480,18 @@ class Engine:
         text the output must follow (``schema_grammar`` makes it from a JSON schema); the
         target's distribution is masked by it, and what it forces is drafted for free.
         ``tools``: OpenAI-style function tools shown to the model through its chat template
-        (``toolcalls`` reads the calls back from the text). ``record_margins``: the top-2
-        logit gap at each token, for tie-aware comparisons."""
+        (``toolcalls`` reads the calls back from the text). ``system``: a system message (a
+        text prompt then goes through the chat template too). ``stop``: a string or a list
+        of them. ``record_margins``: the top-2 logit gap (when sampling, the draw's margin)
+        at each token, for tie-aware comparisons. A wrong type or value of any of these is a
+        ``LocalspecError`` naming it, raised before any work (``api_checks``)."""
+        checks.prompt(prompt)
+        checks.text("system", system)
+        checks.flag("chat", chat)
+        checks.flag("record_margins", record_margins)
+        base = checks.settings(settings) if settings is not None else GenerationSettings()
         try:
-            s = (settings or GenerationSettings()).but(**changes)
+            s = checks.settings(base.but(**changes))
         except TypeError as exc:
             raise LocalspecError(f"unknown generation setting: {exc}") from None
         yield from self._stream(prompt, s, chat, system, record_margins)

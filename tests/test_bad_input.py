@@ -361,7 +361,15 @@ def test_a_flash_attention_setting_is_checked_before_any_model_loads() -> None:
         ({"spec_memory_mb": "50"}, "spec_memory_mb must be a finite number"),
         ({"spec_memory_mb": float("inf")}, "spec_memory_mb must be a finite number"),
         ({"spec_memory_mb": -5}, "spec_memory_mb must be a finite number"),
-        ({"mode": 5}, "a mode is a name"),
+        ({"mode": 5}, "mode must be a mode's name"),
+        ({"mode": ""}, "mode must be a mode's name"),
+        ({"n_ctx": "256"}, "n_ctx must be a whole number"),
+        ({"n_ctx": 10}, "too small a context"),
+        ({"n_threads": 0}, "n_threads must be >= 1"),
+        ({"n_gpu_layers": "x"}, "n_gpu_layers must be a whole number"),
+        ({"spec": {"n_max": 4}}, "spec must be a SpecConfig"),
+        ({"ngram": {"size_n": 3}}, "ngram must be an NgramParams"),
+        ({"progress": 5}, "progress must be a function"),
     ],
 )
 def test_python_api_arguments_of_the_wrong_type_are_refused_before_loading(
@@ -376,5 +384,48 @@ def test_python_api_arguments_of_the_wrong_type_are_refused_before_loading(
 def test_a_memory_partition_is_a_name(qwen) -> None:  # type: ignore[no-untyped-def]
     from localspec import LocalspecError
 
-    with pytest.raises(LocalspecError, match="memory_partition is a name"):
+    with pytest.raises(LocalspecError, match="memory_partition must be a string"):
         qwen.generate("x", max_tokens=2, memory_partition=3)
+
+
+WRONG_GENERATION_ARGUMENTS = [
+    ({"max_tokens": "5"}, "max_tokens must be a whole number"),
+    ({"max_tokens": 2.5}, "max_tokens must be a whole number"),
+    ({"max_tokens": True}, "max_tokens must be a whole number"),
+    ({"temperature": None}, "temperature must be a number"),
+    ({"top_p": "0.9"}, "top_p must be a number"),
+    ({"top_k": 1.5, "temperature": 0.8}, "top_k must be a whole number"),
+    ({"stop": [1]}, "stop must be a non-empty string"),
+    ({"stop": [""]}, "stop must be a non-empty string"),
+    ({"stop": None}, "stop must be a non-empty string"),
+    ({"seed": 1.5}, "seed must be a whole number"),
+    ({"logprobs": -1}, "logprobs must be >= 0"),
+    ({"spec": {"n_max": 4}}, "spec must be a SpecConfig"),
+    ({"grammar": {"type": "object"}}, "grammar must be a string"),
+    ({"grammar": ""}, "grammar is empty"),
+    ({"remember": "no"}, "remember must be True or False"),
+    ({"tools": [{"type": "function"}]}, "tool #1 is not a function tool"),
+    ({"settings": {"max_tokens": 4}}, "settings must be a GenerationSettings"),
+    ({"prompt": None}, "the prompt must be text or chat messages"),
+    ({"prompt": ["hi"]}, "chat message #1 is not a dict"),
+    ({"prompt": []}, "the chat has no messages"),
+    ({"prompt": [{"role": "wizard", "content": "hi"}]}, "has the role 'wizard'"),
+]
+
+
+def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # type: ignore[no-untyped-def]
+    """Each a LocalspecError naming the argument (not a TypeError from numpy or ctypes), and
+    the engine answers as before afterwards."""
+    from localspec import LocalspecError
+
+    before = qwen.generate("def add(a, b):", max_tokens=6, mode="none").tokens
+    for arguments, expected in WRONG_GENERATION_ARGUMENTS:
+        kwargs = {"prompt": "def add(a, b):", "max_tokens": 6, **arguments}
+        with pytest.raises(LocalspecError, match=re.escape(expected)):
+            qwen.generate(**kwargs)
+    assert qwen.generate("def add(a, b):", max_tokens=6, mode="none").tokens == before
+    # a string is one stop string, as in OpenAI's API (not one per character)
+    full = qwen.generate("def add(a, b):", max_tokens=16, mode="none").text
+    assert " + " in full
+    stopped = qwen.generate("def add(a, b):", max_tokens=16, mode="none", stop=" + ").text
+    assert stopped == full.split(" + ")[0]

@@ -1,0 +1,176 @@
+"""What the Python API checks of its arguments before any work: each wrong type or value is
+one ``LocalspecError`` naming the argument, never a TypeError from deep inside (a script's
+author sees the mistake, not numpy's or ctypes' words for it).
+
+The command line and the server check their own input (argparse types, pydantic); they
+reach the same checks through ``Engine``, so these are also the last line for them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+
+from localspec.argtypes import MIN_CONTEXT
+from localspec.drafters.ngram import NgramParams
+from localspec.engine.loop import SpecConfig
+from localspec.engine.settings import GenerationSettings
+from localspec.errors import LocalspecError
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_THREADS = 1024
+
+
+def integer(name: str, value: object, low: int | None = None, none_ok: bool = False) -> None:
+    if value is None and none_ok:
+        return
+    if type(value) is not int:  # bool is an int to Python, never to a user
+        raise LocalspecError(f"{name} must be a whole number (got {value!r})")
+    if low is not None and value < low:
+        raise LocalspecError(f"{name} must be >= {low} (got {value})")
+
+
+def real(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise LocalspecError(f"{name} must be a number (got {value!r})")
+
+
+def flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise LocalspecError(f"{name} must be True or False (got {value!r})")
+
+
+def text(name: str, value: object, none_ok: bool = True) -> None:
+    if not (isinstance(value, str) or (value is None and none_ok)):
+        raise LocalspecError(f"{name} must be a string (got {value!r})")
+
+
+def stop_strings(value: object) -> tuple[str, ...]:
+    """A string is one stop string (as in OpenAI's API), not one per character."""
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, Sequence) or not all(isinstance(s, str) and s for s in value):
+        raise LocalspecError(
+            f"stop must be a non-empty string or a list of them (got {value!r})",
+            'e.g. stop=["\\n\\n"]',
+        )
+    return tuple(value)
+
+
+def settings(value: object) -> GenerationSettings:
+    """The settings of one generation, checked; ``stop`` as a tuple."""
+    if not isinstance(value, GenerationSettings):
+        raise LocalspecError(
+            f"settings must be a GenerationSettings (got {type(value).__name__})",
+            "or pass the settings as keywords: generate(prompt, max_tokens=32, ...)",
+        )
+    s = value
+    integer("max_tokens", s.max_tokens, low=1, none_ok=True)
+    for name in ("temperature", "top_p", "min_p"):
+        real(name, getattr(s, name))
+    integer("top_k", s.top_k)
+    integer("seed", s.seed, none_ok=True)
+    integer("logprobs", s.logprobs, low=0, none_ok=True)
+    text("mode", s.mode)
+    text("grammar", s.grammar)
+    if s.grammar is not None and not s.grammar.strip():
+        raise LocalspecError("grammar is empty", "give GBNF text, or grammar=None for none")
+    text("memory_partition", s.memory_partition, none_ok=False)
+    flag("reproducible", s.reproducible)
+    flag("remember", s.remember)
+    if s.spec is not None:
+        spec(s.spec)
+    tools(s.tools)
+    return replace(s, stop=stop_strings(s.stop))
+
+
+def spec(value: object) -> SpecConfig:
+    if not isinstance(value, SpecConfig):
+        raise LocalspecError(
+            f"spec must be a SpecConfig (got {type(value).__name__})",
+            "from localspec import SpecConfig; spec=SpecConfig(n_max=8)",
+        )
+    integer("SpecConfig.n_max", value.n_max)
+    integer("SpecConfig.n_min", value.n_min)
+    real("SpecConfig.p_min", value.p_min)
+    flag("SpecConfig.adaptive", value.adaptive)
+    value.validate()
+    return value
+
+
+def ngram(value: object) -> NgramParams:
+    if not isinstance(value, NgramParams):
+        raise LocalspecError(f"ngram must be an NgramParams (got {type(value).__name__})")
+    for name in ("size_n", "size_m", "min_hits", "min_n"):
+        integer(f"NgramParams.{name}", getattr(value, name), low=1)
+    return value
+
+
+def tools(value: object) -> None:
+    """OpenAI-style function tools: [{"type": "function", "function": {"name": ...}}]."""
+    if value is None:
+        return
+    example = '[{"type": "function", "function": {"name": "f", "parameters": {...}}}]'
+    if isinstance(value, str | bytes | dict) or not isinstance(value, Sequence):
+        raise LocalspecError("tools must be a list of function tools", example)
+    for i, tool in enumerate(value):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if (
+            not isinstance(tool, dict)
+            or tool.get("type") != "function"
+            or not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+            or not isinstance(function.get("parameters", {}), dict)
+        ):
+            raise LocalspecError(
+                f"tool #{i + 1} is not a function tool with a name (and object parameters)",
+                example,
+            )
+
+
+def prompt(value: object) -> None:
+    """Text, or chat messages: a list of {"role", "content"} dicts."""
+    if isinstance(value, str):
+        return
+    hint = 'give text, or messages: [{"role": "user", "content": "..."}]'
+    if isinstance(value, bytes | dict) or not isinstance(value, Sequence):
+        raise LocalspecError(f"the prompt must be text or chat messages (got {value!r:.60})", hint)
+    if not value:
+        raise LocalspecError("the chat has no messages", hint)
+    for i, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise LocalspecError(f"chat message #{i + 1} is not a dict ({message!r:.40})", hint)
+        if message.get("role") not in CHAT_ROLES:
+            raise LocalspecError(
+                f"chat message #{i + 1} has the role {message.get('role')!r}",
+                f"use one of {', '.join(CHAT_ROLES)}",
+            )
+
+
+def load_arguments(
+    target: object,
+    draft: object,
+    n_ctx: object,
+    n_threads: object,
+    n_gpu_layers: object,
+    n_gpu_layers_draft: object,
+    progress: object,
+) -> None:
+    """``Engine.load``'s arguments that reach llama.cpp: checked before anything loads."""
+    for name, model in (("target", target), ("draft", draft)):
+        if not (isinstance(model, str | os.PathLike) or (name == "draft" and model is None)):
+            raise LocalspecError(f"{name} must be a .gguf path or a catalog name (got {model!r})")
+    integer("n_ctx", n_ctx, low=0)
+    if 0 < n_ctx < MIN_CONTEXT:  # type: ignore[operator]
+        raise LocalspecError(
+            f"n_ctx={n_ctx} is too small a context: give at least {MIN_CONTEXT}, or 0 for "
+            "the model's trained context length"
+        )
+    integer("n_threads", n_threads, low=1, none_ok=True)
+    if n_threads is not None and n_threads > MAX_THREADS:  # type: ignore[operator]
+        raise LocalspecError(f"n_threads must be at most {MAX_THREADS} (got {n_threads})")
+    integer("n_gpu_layers", n_gpu_layers, low=-1, none_ok=True)
+    integer("n_gpu_layers_draft", n_gpu_layers_draft, low=-1, none_ok=True)
+    if progress is not None and not callable(progress):
+        raise LocalspecError(f"progress must be a function(what, fraction) (got {progress!r})")
