@@ -46,6 +46,7 @@ from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
+from localspec.engine.turns import EngineTurns
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
 from localspec.fileops import check_output_path
@@ -175,6 +176,7 @@ class Engine:
         self._byte_tokens: ByteTokens | None = None
         # earlier prompts and answers, for the suffix drafter
         self.memories = memories if memories is not None else MemoryBank(DEFAULT_MEMORY_MB)
+        self._turns = EngineTurns()  # one generation at a time, nothing after close
 
     @property
     def memory(self) -> SpecMemory:
@@ -185,11 +187,12 @@ class Engine:
         """The target's batch-size cost curve, measured on first use (2-3 s on a 2-core CPU
         for a 0.5B model; the server does it with the first request)."""
         size = (n_max or self.spec.n_max) + 1
-        if self._cost is None or self._cost.sizes[-1] < size:
-            if self.target.n_past + size > self.target.n_ctx:
-                self.target.trim(0)
-            self._cost = VerifyCost.measure(self.target, size)
-        return self._cost
+        with self._turns.step():
+            if self._cost is None or self._cost.sizes[-1] < size:
+                if self.target.n_past + size > self.target.n_ctx:
+                    self.target.trim(0)
+                self._cost = VerifyCost.measure(self.target, size)
+            return self._cost
 
     def use_cost(self, cost: VerifyCost) -> None:
         """Adopt the cost curve another Engine measured on the same target and machine
@@ -201,9 +204,10 @@ class Engine:
         without a model of their own (lookups, MTP heads)."""
         if self.draft is None:
             return None
-        if self._draft_step is None:
-            self._draft_step = one_token_seconds(self.draft)
-        return self._draft_step
+        with self._turns.step():
+            if self._draft_step is None:
+                self._draft_step = one_token_seconds(self.draft)
+            return self._draft_step
 
     @classmethod
     def load(
@@ -321,6 +325,9 @@ class Engine:
         return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp, memories)
 
     def close(self) -> None:
+        """Free the models (once a running step is over); every later call is refused."""
+        if not self._turns.close():
+            return
         self.memories.save()
         if self.mtp is not None:
             self.mtp.close()
@@ -346,7 +353,8 @@ class Engine:
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
         chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
-        return build_prompt(self.target, prompt, chat, system, tools)
+        with self._turns.step():
+            return build_prompt(self.target, prompt, chat, system, tools)
 
     def _controller(
         self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None
@@ -494,7 +502,7 @@ class Engine:
             s = checks.settings(base.but(**changes))
         except TypeError as exc:
             raise LocalspecError(f"unknown generation setting: {exc}") from None
-        yield from self._stream(prompt, s, chat, system, record_margins)
+        yield from self._turns.run(self._stream(prompt, s, chat, system, record_margins))
 
     def _stream(
         self,

@@ -5,6 +5,7 @@ sampling: the same distribution), and the grammar-forced drafter drafts what is 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -14,6 +15,7 @@ from scipy.stats import chi2_contingency
 from localspec import Engine
 from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
 from localspec.engine.grammar import Grammar, schema_grammar
+from localspec.engine.json_bounds import integer_range
 from localspec.engine.toolcalls import HermesFormat
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
@@ -183,3 +185,48 @@ def test_schemas_nothing_satisfies_are_refused(schema: dict, said: str) -> None:
         schema_grammar(schema)
     assert said in raised.value.message
     assert schema_grammar({"enum": [[]], "const": {"minLength": 3, "maxLength": 1}})
+
+
+def _as_regex(expression: str) -> re.Pattern[str]:
+    """The GBNF of ``integer_range`` (literals, classes, groups, alternatives, {n,}) as a
+    Python pattern, to check every number against it."""
+    pattern = re.sub(r'"([^"]*)"', lambda m: re.escape(m.group(1)), expression)
+    pattern = pattern.replace(" ", "").replace("(", "(?:")
+    return re.compile(f"(?:{pattern})\\Z")
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi"),
+    [(18, 30), (0, 9), (-5, -2), (-12, 7), (None, 99), (100, None), (None, -10), (-1, None),
+     (7, 7), (0, 0), (1999, 2025), (None, None)],
+)  # fmt: skip
+def test_integer_bounds_allow_exactly_the_numbers_between(lo: int | None, hi: int | None) -> None:
+    """llama-cpp-python's converter leaves integer bounds out; llama.cpp's C++ one (what
+    llama-server uses) keeps integers within them, and so does localspec."""
+    pattern = _as_regex(integer_range(lo, hi))
+    for n in range(-2100, 2100):
+        inside = (lo is None or n >= lo) and (hi is None or n <= hi)
+        assert bool(pattern.match(str(n))) == inside, (lo, hi, n)
+    for odd in ("-0", "007", "01", "-", "1.5", ""):
+        assert not pattern.match(odd), (lo, hi, odd)
+
+
+def test_a_schemas_integer_bounds_hold_on_the_real_model(qwen: Engine) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 18, "maximum": 30},
+            "floor": {"type": "integer", "exclusiveMinimum": -4, "exclusiveMaximum": 0},
+        },
+        "required": ["age", "floor"],
+    }
+    ask = "Bob is 45 years old and lives on floor 12. Answer in JSON."
+    for mode in ("none", "ngram-simple"):
+        result = qwen.generate(
+            [{"role": "user", "content": ask}], max_tokens=32, mode=mode,
+            grammar=schema_grammar(schema),
+        )  # fmt: skip
+        data = json.loads(result.text)
+        assert 18 <= data["age"] <= 30 and -4 < data["floor"] < 0, result.text
+    with pytest.raises(LocalspecError, match="no integer is within the bounds"):
+        schema_grammar({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2})

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import re
 import tempfile
@@ -29,8 +28,8 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+from localspec.engine.json_bounds import schema_to_gbnf
 from localspec.engine.llama_lib import recent_log
 from localspec.engine.model_context import ModelContext
 from localspec.errors import LocalspecError
@@ -49,7 +48,7 @@ def schema_grammar(schema: dict[str, Any]) -> str:
             f"the JSON schema cannot be satisfied: {problem}", "fix the schema's bounds"
         )
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
+        return schema_to_gbnf(schema)
     except Exception as exc:  # the converter asserts on what it does not know
         raise LocalspecError(
             f"the JSON schema cannot be turned into a grammar: {exc or type(exc).__name__}",

@@ -236,6 +236,10 @@ class ModelContext:
         return np.ctypeslib.as_array(logits, shape=(n_rows, self.n_vocab))
 
     def _decode_chunk(self, tokens: Sequence[int], want: int) -> None:
+        if llama_cpp.llama_memory_seq_pos_max(self.memory, 0) >= self.n_past:
+            # a KeyboardInterrupt landed between an earlier decode and its bookkeeping: the
+            # cache holds tokens the list does not, and llama.cpp would refuse this batch
+            self.trim(self.n_past)
         self._batch.fill(tokens, self.n_past, want)
         mark = log_mark()
         rc = llama_cpp.llama_decode(self.ctx, self._batch.batch)

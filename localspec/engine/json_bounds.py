@@ -1,0 +1,107 @@
+"""Integer bounds of a JSON schema (``minimum``, ``maximum`` and their exclusive forms) as
+GBNF. llama-cpp-python's converter (the Python port of llama.cpp's) leaves them out, where
+llama.cpp's own C++ converter, which llama-server uses, enforces them on integers: the
+schema's other keywords still go through that converter, integers with bounds through
+``BoundedSchemaConverter``.
+
+A range of integers is the numbers of each digit count it spans; numbers of one digit count
+between two bounds are written digit by digit: the lower bound's first digit followed by
+anything up to its end, the digits strictly between followed by any digits, the upper
+bound's first digit followed by anything down to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def integer_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The least and greatest integers allowed (None: unbounded)."""
+    lo = hi = None
+    if isinstance(schema.get("minimum"), int | float):
+        lo = math.ceil(schema["minimum"])
+    if isinstance(schema.get("exclusiveMinimum"), int | float):
+        lo = max(lo if lo is not None else -math.inf, math.floor(schema["exclusiveMinimum"]) + 1)
+    if isinstance(schema.get("maximum"), int | float):
+        hi = math.floor(schema["maximum"])
+    if isinstance(schema.get("exclusiveMaximum"), int | float):
+        hi = min(hi if hi is not None else math.inf, math.ceil(schema["exclusiveMaximum"]) - 1)
+    return (None if lo is None else int(lo)), (None if hi is None else int(hi))
+
+
+def _digits_between(low: str, high: str) -> list[str]:
+    """GBNF alternatives for the digit strings of one length from ``low`` to ``high``."""
+    if low == high:
+        return [f'"{low}"']
+    if len(low) == 1:
+        return [f"[{low}-{high}]"]
+    rest = len(low) - 1
+    head_low, head_high = low[0], high[0]
+    if head_low == head_high:
+        return [f'"{head_low}" ({" | ".join(_digits_between(low[1:], high[1:]))})']
+    out = []
+    if low[1:] == "0" * rest:  # the lower bound's whole decade
+        first = int(head_low)
+    else:
+        out.append(f'"{head_low}" ({" | ".join(_digits_between(low[1:], "9" * rest))})')
+        first = int(head_low) + 1
+    last = int(head_high) if high[1:] == "9" * rest else int(head_high) - 1
+    if first <= last:
+        out.append(f"[{first}-{last}]" + " [0-9]" * rest)
+    if high[1:] != "9" * rest:
+        out.append(f'"{head_high}" ({" | ".join(_digits_between("0" * rest, high[1:]))})')
+    return out
+
+
+def _non_negative(lo: int, hi: int | None) -> list[str]:
+    """Alternatives for lo <= n <= hi (hi None: no upper bound), 0 <= lo, no leading zeros."""
+    out = []
+    top = len(str(hi)) if hi is not None else len(str(lo))
+    for n_digits in range(len(str(lo)), top + 1):
+        start = max(lo, 10 ** (n_digits - 1) if n_digits > 1 else 0)
+        end = 10**n_digits - 1 if hi is None else min(hi, 10**n_digits - 1)
+        if start <= end:
+            out += _digits_between(str(start), str(end))
+    if hi is None:  # every number with more digits
+        out.append(f"[1-9] [0-9]{{{len(str(lo))},}}")
+    return out
+
+
+def integer_range(lo: int | None, hi: int | None) -> str:
+    """A GBNF expression for the integers from ``lo`` to ``hi`` (None: unbounded)."""
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"no integer is within the bounds ({lo} > {hi})")
+    alternatives = []
+    if lo is None or lo < 0:  # negative numbers: -m with max(-hi, 1) <= m <= -lo
+        least = 1 if hi is None or hi >= 0 else -hi
+        most = None if lo is None else -lo
+        alternatives += [f'"-" ({" | ".join(_non_negative(least, most))})']
+    if hi is None or hi >= 0:
+        alternatives += _non_negative(max(lo or 0, 0), hi)
+    return " | ".join(alternatives)
+
+
+class BoundedSchemaConverter(SchemaConverter):  # type: ignore[misc]
+    """The converter, with integers kept within their bounds."""
+
+    def visit(self, schema: dict[str, Any], name: str) -> str:
+        if schema.get("type") == "integer" and any(k in schema for k in BOUND_KEYS):
+            lo, hi = integer_bounds(schema)
+            rule = name + "-" if name in RESERVED_NAMES else name or "root"
+            return self._add_rule(rule, f"({integer_range(lo, hi)}) space")
+        return super().visit(schema, name)
+
+
+def schema_to_gbnf(schema: dict[str, Any]) -> str:
+    converter = BoundedSchemaConverter(
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+    resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
+    converter.visit(resolved, "")
+    return converter.format_grammar()
