@@ -245,6 +245,7 @@ class Engine:
             raise LocalspecError(f"mode must be a mode's name or None (got {mode!r})")
         mode = resolve_mode(mode, draft is not None)
         validate_memory_cap(spec_memory_mb)
+        spec_memory_path = checks.memory_path(spec_memory_path, spec_memory_mb)
         spec = checks.spec(spec) if spec is not None else SpecConfig()
         ngram = checks.ngram(ngram) if ngram is not None else NgramParams()
         validate_ngram(ngram)
@@ -328,7 +329,7 @@ class Engine:
         """Free the models (once a running step is over); every later call is refused."""
         if not self._turns.close():
             return
-        self.memories.save()
+        self.memories.close()
         if self.mtp is not None:
             self.mtp.close()
         self.target.close()

@@ -174,3 +174,20 @@ def load_arguments(
     integer("n_gpu_layers_draft", n_gpu_layers_draft, low=-1, none_ok=True)
     if progress is not None and not callable(progress):
         raise LocalspecError(f"progress must be a function(what, fraction) (got {progress!r})")
+
+
+def memory_path(value: object, max_mb: float) -> str | os.PathLike[str] | bool | None:
+    """``spec_memory_path``: a file, True (the cache's file), or False/None (no file)."""
+    if value is False:
+        return None
+    if not (value is None or value is True or isinstance(value, str | os.PathLike)):
+        raise LocalspecError(
+            f"spec_memory_path must be a file path, True or None (got {value!r})",
+            "True: the localspec cache's file for this model",
+        )
+    if value is not None and max_mb == 0:
+        raise LocalspecError(
+            "spec_memory_path was given but spec_memory_mb=0 turns the memory off",
+            "drop one of them",
+        )
+    return value

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 from localspec.engine.spec_memory import SpecMemory
 from localspec.errors import LocalspecError
@@ -67,8 +68,39 @@ class MemoryBank:
         self._memories: dict[str, SpecMemory] = {}
         self._dirty = False
         self._saved_at = time.monotonic()
-        if self.path is not None and self.path.exists():
-            self._load(self.path)
+        self._lock = self._hold(self.path) if self.path is not None else None
+        try:
+            if self.path is not None and self.path.exists():
+                self._load(self.path)
+        except BaseException:
+            self.close()  # refused: the file is left as it is, and free
+            raise
+
+    @staticmethod
+    def _hold(path: Path) -> FileLock | None:
+        """One writer per file: two would each write only what they saw, the last one
+        erasing the other's generations."""
+        name = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        try:
+            folder = cache_dir() / "locks"  # not beside the user's file
+            folder.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(folder / f"memory-{name}.lock"))
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise LocalspecError(
+                f"the speculation memory {path} is in use by another Engine or localspec process",
+                "give each its own file (--spec-memory PATH), or stop the other first",
+            ) from None
+        except OSError:
+            return None  # a read-only folder: save() says so
+        return lock
+
+    def close(self) -> None:
+        """Save, and let another process use the file."""
+        self.save()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     @property
     def enabled(self) -> bool:
@@ -105,7 +137,7 @@ class MemoryBank:
         try:
             with atomic_path(self.path) as tmp, tmp.open("wb") as f:
                 np.savez(f, **arrays)
-        except OSError as exc:  # a full disk must not cost the answer being served
+        except (OSError, LocalspecError) as exc:  # a full disk must not cost the answer
             status(f"localspec: warning: cannot save --spec-memory {self.path}: {exc}")
         self._dirty, self._saved_at = False, time.monotonic()
 

@@ -370,6 +370,8 @@ def test_a_flash_attention_setting_is_checked_before_any_model_loads() -> None:
         ({"spec": {"n_max": 4}}, "spec must be a SpecConfig"),
         ({"ngram": {"size_n": 3}}, "ngram must be an NgramParams"),
         ({"progress": 5}, "progress must be a function"),
+        ({"spec_memory_path": 5}, "spec_memory_path must be a file path, True or None"),
+        ({"spec_memory_mb": 0, "spec_memory_path": "m.bin"}, "spec_memory_mb=0 turns the memory"),
     ],
 )
 def test_python_api_arguments_of_the_wrong_type_are_refused_before_loading(

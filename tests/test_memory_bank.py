@@ -33,7 +33,7 @@ def test_the_file_keeps_every_partition_across_runs(tmp_path: Path) -> None:
     bank = MemoryBank(1.0, path, "model-a")
     bank.remember([1, 2, 3, 4, *ANSWER])
     bank.remember([9, 8, 7, 6, 5, 4], partition_for_key("k"))
-    bank.save()
+    bank.close()
     again = MemoryBank(1.0, path, "model-a")
     assert again.partition().lookup([1, 2, 3, 4], 5)[0] == ANSWER[:5]
     assert again.partition(partition_for_key("k")).lookup([9, 8, 7, 6], 2)[0] == [5, 4]
@@ -44,12 +44,12 @@ def test_a_damaged_file_is_refused_and_replaced(tmp_path: Path, capsys) -> None:
     path = tmp_path / "mem.npz"
     bank = MemoryBank(1.0, path, "model-a")
     bank.remember([1, 2, 3, 4, *ANSWER])
-    bank.save()
+    bank.close()
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a truncated write
     damaged = MemoryBank(1.0, path, "model-a")
     assert "damaged" in capsys.readouterr().err
     assert damaged.partition().lookup([1, 2, 3, 4], 5) == ([], 0)
-    damaged.save()  # rebuilt, even with nothing new to remember
+    damaged.close()  # rebuilt, even with nothing new to remember
     assert MemoryBank(1.0, path, "model-a").partition().n_tokens == 0
 
 
@@ -57,7 +57,7 @@ def test_a_file_of_another_model_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "mem.npz"
     bank = MemoryBank(1.0, path, "model-a")
     bank.remember([1, 2, 3, 4, *ANSWER])
-    bank.save()
+    bank.close()
     with pytest.raises(LocalspecError, match="another model"):
         MemoryBank(1.0, path, "model-b")
 
@@ -107,14 +107,14 @@ def test_an_unwritable_memory_file_is_a_warning_not_a_lost_answer(tmp_path: Path
     bank = MemoryBank(1.0, blocked / "mem.npz", "m")
     blocked.write_text("a file where the folder was")  # replaced while serving
     bank.remember([1, 2, 3, 4, *ANSWER])
-    bank.save()
+    bank.close()
     assert "cannot save --spec-memory" in capsys.readouterr().err
 
 
 def _written(path: Path) -> None:
     bank = MemoryBank(1.0, path, "model-a", 1000)
     bank.remember([1, 2, 3, 4, *ANSWER])
-    bank.save()
+    bank.close()
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_an_empty_file_is_taken_as_an_empty_memory(tmp_path: Path) -> None:
     path.touch()
     bank = MemoryBank(1.0, path, "model-a")
     bank.remember([1, 2, 3, 4, *ANSWER])
-    bank.save()
+    bank.close()
     assert MemoryBank(1.0, path, "model-a").partition().lookup([1, 2, 3, 4], 2)[0] == ANSWER[:2]
 
 
@@ -151,7 +151,7 @@ def test_a_linked_memory_file_is_rewritten_through_its_link(tmp_path: Path) -> N
     link.symlink_to(real)
     bank = MemoryBank(1.0, link, "model-a", 1000)
     bank.remember([9, 8, 7, 6, 5, 4])
-    bank.save()
+    bank.close()
     assert link.is_symlink()
     assert MemoryBank(1.0, real, "model-a").partition().lookup([9, 8, 7, 6], 2)[0] == [5, 4]
 
@@ -184,5 +184,19 @@ def test_a_memory_file_with_wrong_contents_is_damaged_and_rebuilt(
     bank = MemoryBank(1.0, path, "model-a", 1000)
     assert "is damaged" in capsys.readouterr().err
     assert bank.partition().n_tokens == 0
-    bank.save()
+    bank.close()
     assert MemoryBank(1.0, path, "model-a", 1000).partition().n_tokens == 0
+
+
+def test_one_writer_per_memory_file(tmp_path: Path) -> None:
+    """Two writers would each save what they saw, the last erasing the other's answers."""
+    path = tmp_path / "mem.npz"
+    first = MemoryBank(1.0, path, "model-a")
+    with pytest.raises(LocalspecError, match="is in use by another Engine"):
+        MemoryBank(1.0, path, "model-a")
+    first.remember([1, 2, 3, 4, *ANSWER])
+    first.close()
+    second = MemoryBank(1.0, path, "model-a")  # free once the first is closed
+    assert second.partition().lookup([1, 2, 3, 4], 2)[0] == ANSWER[:2]
+    second.close()
+    assert list(tmp_path.iterdir()) == [path]  # no lock file beside the user's file

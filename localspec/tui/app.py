@@ -123,8 +123,11 @@ class ChatApp(App[None]):
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
         assert self.loader is not None
+        options = self.options
+        if self.engine is not None:  # another draft: the running engine's memory is handed over
+            options = dataclasses.replace(options, spec_memory_path=None)
         try:
-            engine = self.loader(self.options, self.report_progress)
+            engine = self.loader(options, self.report_progress)
         except LocalspecError as exc:
             self.post_message(EngineFailed(exc))
             return
@@ -143,8 +146,12 @@ class ChatApp(App[None]):
     def on_engine_ready(self, message: EngineReady) -> None:
         if self.engine is not None:
             if self.engine.target_path == message.engine.target_path:
-                # another draft for the same target: what it wrote still drafts
-                message.engine.memories = self.engine.memories
+                # another draft for the same target: what it wrote still drafts (and its
+                # file stays held by this memory, not freed with the old engine)
+                message.engine.memories, self.engine.memories = (
+                    self.engine.memories,
+                    message.engine.memories,
+                )
             self.close_engine()
         self.engine = message.engine
         self.mode_override = None
