@@ -15,7 +15,7 @@ from scipy.stats import chi2_contingency
 from localspec import Engine
 from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
 from localspec.engine.grammar import Grammar, schema_grammar
-from localspec.engine.json_bounds import integer_range
+from localspec.engine.schema_converter import integer_range
 from localspec.engine.toolcalls import HermesFormat
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
@@ -230,3 +230,18 @@ def test_a_schemas_integer_bounds_hold_on_the_real_model(qwen: Engine) -> None:
         assert 18 <= data["age"] <= 30 and -4 < data["floor"] < 0, result.text
     with pytest.raises(LocalspecError, match="no integer is within the bounds"):
         schema_grammar({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2})
+
+
+def test_strings_under_a_schema_are_json_strings(qwen: Engine) -> None:
+    """A poem has line breaks: under a schema they come escaped (\\n), never raw, which
+    json.loads refuses (llama-cpp-python's converter let control characters through)."""
+    ask = [{"role": "user", "content": "Write a four-line poem about the sea. Answer in JSON."}]
+    schemas = [
+        {"type": ["string", "null"]},
+        {"type": "object", "properties": {"poem": {"type": "string"}}, "required": ["poem"]},
+    ]
+    for schema in schemas:
+        result = qwen.generate(ask, max_tokens=60, grammar=schema_grammar(schema), mode="none")
+        assert "\n" not in result.text.strip(), result.text
+        if result.finish_reason == "stop":  # whole: valid JSON
+            json.loads(result.text)

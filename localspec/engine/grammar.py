@@ -29,9 +29,9 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from localspec.engine.json_bounds import schema_to_gbnf
 from localspec.engine.llama_lib import recent_log
 from localspec.engine.model_context import ModelContext
+from localspec.engine.schema_converter import schema_to_gbnf
 from localspec.errors import LocalspecError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])

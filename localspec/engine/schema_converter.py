@@ -1,8 +1,8 @@
-"""Integer bounds of a JSON schema (``minimum``, ``maximum`` and their exclusive forms) as
-GBNF. llama-cpp-python's converter (the Python port of llama.cpp's) leaves them out, where
-llama.cpp's own C++ converter, which llama-server uses, enforces them on integers: the
-schema's other keywords still go through that converter, integers with bounds through
-``BoundedSchemaConverter``.
+"""Where llama-cpp-python's JSON-schema converter (the Python port of llama.cpp's) falls short
+of llama.cpp's own C++ converter, which llama-server uses: integer bounds (``minimum``,
+``maximum`` and their exclusive forms), which the port leaves out, and the characters of a
+string, where the port lets control characters through (a raw newline: invalid JSON). The
+schema's other keywords still go through the port; ``JsonSchemaConverter`` adds these.
 
 A range of integers is the numbers of each digit count it spans; numbers of one digit count
 between two bounds are written digit by digit: the lower bound's first digit followed by
@@ -19,6 +19,11 @@ from typing import Any
 from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
 BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# JSON's string characters: no quote, backslash or control character unescaped
+JSON_CHAR = (
+    r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] '
+    r"[0-9a-fA-F])"
+)
 
 
 def integer_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -87,8 +92,11 @@ def integer_range(lo: int | None, hi: int | None) -> str:
     return " | ".join(alternatives)
 
 
-class BoundedSchemaConverter(SchemaConverter):  # type: ignore[misc]
+class JsonSchemaConverter(SchemaConverter):  # type: ignore[misc]
     """The converter, with integers kept within their bounds."""
+
+    def _add_rule(self, name: str, rule: str) -> str:
+        return super()._add_rule(name, JSON_CHAR if name == "char" else rule)
 
     def visit(self, schema: dict[str, Any], name: str) -> str:
         if schema.get("type") == "integer" and any(k in schema for k in BOUND_KEYS):
@@ -99,7 +107,7 @@ class BoundedSchemaConverter(SchemaConverter):  # type: ignore[misc]
 
 
 def schema_to_gbnf(schema: dict[str, Any]) -> str:
-    converter = BoundedSchemaConverter(
+    converter = JsonSchemaConverter(
         prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
     )
     resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
