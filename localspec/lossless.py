@@ -58,7 +58,7 @@ def compare(
     for i in range(n):
         if plain[i] != other[i]:
             gap = float(plain_margins[i]) if i < len(plain_margins) else None
-            runner_up_ok = i >= len(plain_runners_up) or plain_runners_up[i] == other[i]
+            runner_up_ok = i >= len(plain_runners_up) or plain_runners_up[i] in (-1, other[i])
             near = gap is not None and gap < bound and runner_up_ok
             return LosslessReport(False, i, gap, near, i, n)
     return LosslessReport(True, None, None, False, n, n)

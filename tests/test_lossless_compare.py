@@ -11,6 +11,12 @@ def test_divergence_at_near_tie_to_runner_up_is_ok() -> None:
     assert not report.identical and report.first_divergence == 1 and report.ok
 
 
+def test_a_sampled_divergence_is_judged_by_the_draws_margin_alone() -> None:
+    """A rounding can tip a draw onto any token: the plain run records no runner-up (-1)."""
+    assert compare([1, 2, 3], [0.3, 0.01, 0.3], [1, 7, 3], [-1, -1, -1], bound=0.04).ok
+    assert not compare([1, 2, 3], [0.3, 0.2, 0.3], [1, 7, 3], [-1, -1, -1], bound=0.04).ok
+
+
 def test_divergence_elsewhere_is_not_ok() -> None:
     assert not compare([1, 2, 3], [5.0, 2.0, 5.0], [1, 9, 3], [0, 9, 0]).ok  # big gap
     assert not compare([1, 2, 3], [5.0, 0.05, 5.0], [1, 7, 3], [0, 9, 0]).ok  # not runner-up

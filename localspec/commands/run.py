@@ -72,7 +72,7 @@ def read_text(path: Path, flag: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from localspec.api import validate_sampling
-    from localspec.lossless import NEAR_TIE_DRAW, compare
+    from localspec.lossless import NEAR_TIE_DRAW, NEAR_TIE_GAP, compare
 
     validate_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     prompt, chat = read_prompt(args)
@@ -116,10 +116,8 @@ def run(args: argparse.Namespace) -> int:
         report["speedup"] = round(speedup, 3)
         if comparable(args, engine.mode):
             greedy = args.temperature == 0
-            if greedy:
-                lossless = compare(plain.tokens, plain.margins, tokens, plain.runners_up)
-            else:
-                lossless = compare(plain.tokens, plain.margins, tokens, bound=NEAR_TIE_DRAW)
+            bound = NEAR_TIE_GAP if greedy else NEAR_TIE_DRAW
+            lossless = compare(plain.tokens, plain.margins, tokens, plain.runners_up, bound)
             report["lossless"] = {
                 **lossless.to_dict(),
                 "margin_is": "top-2 logit gap" if greedy else "draw margin",

@@ -95,8 +95,8 @@ class RoundEvent:
     """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
     token the target accepted. ``margins`` (only when asked for) is the target's top-2 logit
     gap at each emitted token and ``runners_up`` its second-best token, for tie-aware
-    comparisons; when sampling, the draw's margin and the token beyond it
-    (``verify.draw_margin``)."""
+    comparisons; when sampling, the draw's margin (``verify.draw_margin``) and
+    ``NO_RUNNER_UP``."""
 
     text: str
     tokens: tuple[int, ...]
@@ -108,6 +108,9 @@ class RoundEvent:
     # only when asked for: each token's log-probability and the most likely alternatives
     logprobs: tuple[TokenLogprob, ...] = ()
     drafted_by: str = ""  # the drafter whose tokens ``from_draft`` marks (a chain's member)
+
+
+NO_RUNNER_UP = -1  # a sampled token's tie: any token may be the other run's (lossless.py)
 
 
 def top2(row: np.ndarray) -> tuple[float, int]:
@@ -212,7 +215,8 @@ class SpeculativeLoop:
         """How near the token emitted at ``position`` came to another (tie-aware checks)."""
         if self.sampling.greedy:
             return top2(row)
-        return draw_margin(probabilities(row, self.sampling), self.draws.uniform(position))
+        margin, _ = draw_margin(probabilities(row, self.sampling), self.draws.uniform(position))
+        return margin, NO_RUNNER_UP  # a rounding can tip a draw onto a token far away
 
     def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
         """The rows as the acceptance rules must see them: masked by the grammar, if any."""
