@@ -125,6 +125,30 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
     return choice.mode, choice.draft, replace(spec, n_max=n_max, n_min=min(spec.n_min, n_max))
 
 
+LARGE_CONTEXT = 131_072  # above this, the cache's size is checked against the machine first
+# the estimate counts every layer as attention: a hybrid model's cache is up to ~4x smaller
+CACHE_ESTIMATE_SLACK = 4.0
+
+
+def check_context_fits(target: Path, n_ctx: int) -> None:
+    """A context whose cache cannot fit in this machine's memory is refused at once (llama.cpp
+    would spend a minute trying to allocate it)."""
+    if n_ctx <= LARGE_CONTEXT:
+        return
+    import psutil
+
+    from localspec.derivation.gguf_info import gguf_info
+
+    need = gguf_info(target).kv_cache_bytes(n_ctx)
+    have = psutil.virtual_memory().total + psutil.swap_memory().total
+    if need > CACHE_ESTIMATE_SLACK * have:
+        raise LocalspecError(
+            f"a context of {n_ctx} tokens needs about {need / 2**30:.0f} GiB for its cache; "
+            f"this machine has {have / 2**30:.0f} GiB",
+            "lower the context size (-c / n_ctx; 0: the model's trained length)",
+        )
+
+
 def validate_memory_cap(max_mb: object) -> None:
     number = isinstance(max_mb, int | float) and not isinstance(max_mb, bool)
     if not number or not 0 <= max_mb < float("inf"):  # type: ignore[operator]
@@ -255,6 +279,7 @@ class Engine:
                 f"use one of {', '.join(FLASH_ATTN_CHOICES)}",
             )
         target_path = resolve_model(target)
+        check_context_fits(target_path, n_ctx)
         if n_threads is None:
             n_threads = threads_now()
         elif n_threads > (os.cpu_count() or 1):

@@ -383,6 +383,14 @@ def test_python_api_arguments_of_the_wrong_type_are_refused_before_loading(
         Engine.load(MISSING, **options)
 
 
+def test_a_context_no_memory_could_hold_is_refused_at_once(smollm_path: Path) -> None:
+    """llama.cpp would spend a minute trying to allocate it before failing."""
+    from localspec import Engine, LocalspecError
+
+    with pytest.raises(LocalspecError, match="needs about .* GiB for its cache"):
+        Engine.load(smollm_path, n_ctx=10**9)
+
+
 def test_a_memory_partition_is_a_name(qwen) -> None:  # type: ignore[no-untyped-def]
     from localspec import LocalspecError
 
