@@ -379,8 +379,10 @@ class Engine:
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
         chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
-        with self._turns.step():
-            return build_prompt(self.target, prompt, chat, system, tools)
+        # the vocabulary is only read: no need to wait for a running round (the server
+        # tokenizes a new request on its event loop while another is being answered)
+        self._turns.refuse_if_closed()
+        return build_prompt(self.target, prompt, chat, system, tools)
 
     def _controller(
         self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None

@@ -6,7 +6,8 @@ crashes whoever touches it next.
 So an Engine runs one generation at a time. A generation started from another thread waits
 until the running one is over (whole generations are served in turn); one started from the
 same thread ends the one it left suspended (resuming that one raises ``LocalspecError``);
-every step that reaches llama.cpp holds one lock; after ``close`` every call is refused.
+every step that decodes holds one lock (tokenizing only reads the vocabulary: it does not
+wait); after ``close`` every call is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class EngineTurns:
     def step(self, generation: Generation | None = None) -> Iterator[None]:
         """Hold the engine for one piece of work (a round, a calibration, a tokenization)."""
         with self._steps:
-            self._refuse_if_closed()
+            self.refuse_if_closed()
             if generation is not None and self._owner is not generation:
                 raise LocalspecError(
                     "this stream was ended by a later call on the same Engine",
@@ -84,7 +85,7 @@ class EngineTurns:
                 and not self.closed
             ):
                 self._changed.wait()
-            self._refuse_if_closed()
+            self.refuse_if_closed()
             self._owner = generation  # the same thread's suspended one, if any, is ended
         return generation
 
@@ -95,6 +96,6 @@ class EngineTurns:
                 self._owner = None
             self._changed.notify_all()
 
-    def _refuse_if_closed(self) -> None:
+    def refuse_if_closed(self) -> None:
         if self.closed:
             raise LocalspecError("this Engine is closed", "load the model again: Engine.load(...)")
