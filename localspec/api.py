@@ -149,15 +149,6 @@ def check_context_fits(target: Path, n_ctx: int) -> None:
         )
 
 
-def validate_memory_cap(max_mb: object) -> None:
-    number = isinstance(max_mb, int | float) and not isinstance(max_mb, bool)
-    if not number or not 0 <= max_mb < float("inf"):  # type: ignore[operator]
-        raise LocalspecError(
-            f"spec_memory_mb must be a finite number of MB >= 0 (got {max_mb!r})",
-            "0 turns the memory off (--no-spec-memory on the command line)",
-        )
-
-
 def load_memories(
     target: ModelContext, max_mb: float, path: str | os.PathLike[str] | None
 ) -> MemoryBank:
@@ -265,10 +256,9 @@ class Engine:
         checks.load_arguments(
             target, draft, n_ctx, n_threads, n_gpu_layers, n_gpu_layers_draft, progress
         )
-        if mode is not None and (not isinstance(mode, str) or not mode.strip()):
-            raise LocalspecError(f"mode must be a mode's name or None (got {mode!r})")
+        checks.mode_name(mode)
         mode = resolve_mode(mode, draft is not None)
-        validate_memory_cap(spec_memory_mb)
+        checks.memory_cap(spec_memory_mb)
         spec_memory_path = checks.memory_path(spec_memory_path, spec_memory_mb)
         spec = checks.spec(spec) if spec is not None else SpecConfig()
         ngram = checks.ngram(ngram) if ngram is not None else NgramParams()

@@ -176,6 +176,21 @@ def load_arguments(
         raise LocalspecError(f"progress must be a function(what, fraction) (got {progress!r})")
 
 
+def mode_name(value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise LocalspecError(f"mode must be a mode's name or None (got {value!r})")
+
+
+def memory_cap(max_mb: object) -> None:
+    """``spec_memory_mb``: a finite number of MB >= 0."""
+    number = isinstance(max_mb, int | float) and not isinstance(max_mb, bool)
+    if not number or not 0 <= max_mb < float("inf"):  # type: ignore[operator]
+        raise LocalspecError(
+            f"spec_memory_mb must be a finite number of MB >= 0 (got {max_mb!r})",
+            "0 turns the memory off (--no-spec-memory on the command line)",
+        )
+
+
 def memory_path(value: object, max_mb: float) -> str | os.PathLike[str] | bool | None:
     """``spec_memory_path``: a file, True (the cache's file), or False/None (no file)."""
     if value is False:

@@ -207,7 +207,7 @@ def flag_noise(cells: Sequence[Cell], ceiling: float) -> list[Cell]:
         if c.speedup_median > ceiling * CEILING_SLACK:
             reason = f"median {c.speedup_median:.2f}x above this machine's {ceiling:.2f}x ceiling"
             c = replace(c, noise=(*c.noise, reason))
-        if why := unearned(c.speedup_median, int(c.acceptance_rate > 0)):
+        if why := unearned(c.speedup_median, c.acceptance_rate > 0):
             c = replace(c, noise=(*c.noise, why))
         flagged.append(c)
     return flagged

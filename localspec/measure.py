@@ -167,10 +167,10 @@ def judge(pairs: Sequence[Pair], ceiling: float, predicted: float | None) -> Ver
     return Verdict(measured, min(ratios), max(ratios), predicted, len(pairs), tuple(reasons))
 
 
-def unearned(measured: float, accepted: int) -> str | None:
+def unearned(measured: float, any_accepted: bool) -> str | None:
     """Why a speedup over plain decoding is noise when no drafted token was accepted (every
     token then costs at least a plain step): None when it is not."""
-    if accepted == 0 and measured > CEILING_SLACK:
+    if not any_accepted and measured > CEILING_SLACK:
         return f"measured {measured:.2f}x with no drafted token accepted"
     return None
 

@@ -188,7 +188,7 @@ def cell(
 ) -> Measurement:
     first = runs[0]
     verdict = judge(pairs, ceiling, predicted)
-    if why := unearned(verdict.measured, sum(s.accepted for s in runs)):
+    if why := unearned(verdict.measured, any(s.accepted for s in runs)):
         verdict = replace(verdict, reasons=(*verdict.reasons, why))
     return Measurement(
         config,

@@ -92,7 +92,7 @@ def rows(cells: list[sc.RequestCell]) -> list[tuple[str, ...]]:
             continue
         lookup = "-" if c.mode == sc.LOOKUP else f"{c.vs_lookup[0]:.2f}x"
         # faster than plain with nothing accepted: the machine's speed moved, not the mode
-        noise = " noisy" if unearned(c.vs_plain[0], int(c.acceptance_rate > 0)) else ""
+        noise = " noisy" if unearned(c.vs_plain[0], c.acceptance_rate > 0) else ""
         out.append(
             (
                 c.scenario,

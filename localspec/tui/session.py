@@ -40,9 +40,6 @@ class ChatSession:
             del self.turns[0]
         return True
 
-    def clear(self) -> None:
-        self.turns.clear()
-
     def save(self, path: Path, model: str) -> None:
         """Write the conversation to ``path``; a file there that is not a chat file (notes, a
         model...) is refused, not replaced."""
