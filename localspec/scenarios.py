@@ -1,6 +1,6 @@
 """Multi-request scenarios for `localspec bench --scenarios`: request sequences whose answers
-repeat what the model wrote in earlier requests (``prompts/scenarios.toml``: regenerate,
-batch, docstrings, agent), for the suffix drafter's memory.
+repeat what the model wrote in earlier requests (``prompts/scenarios.toml``: regenerate, of prose
+and of code, batch, docstrings, agent), for the suffix drafter's memory.
 
 Every mode runs each scenario from an empty memory, its requests in order, so request i of a
 mode has what that mode's own requests 1..i-1 left. Modes and repeats are interleaved as in
@@ -26,7 +26,14 @@ from localspec.errors import LocalspecError
 
 PLAIN, LOOKUP = "none", "ngram-simple"  # what every memory mode is compared with
 # the first request of each scenario where the memory is expected to pay (docs/benchmarks.md)
-SPEEDUP_FROM = {"regenerate": 2, "agent": 2, "batch": 3, "docstrings": 3, "unrelated": 2}
+SPEEDUP_FROM = {
+    "regenerate": 2,
+    "regenerate-code": 2,
+    "agent": 2,
+    "batch": 3,
+    "docstrings": 3,
+    "unrelated": 2,
+}
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,22 @@ from localspec.scenarios import (
 
 def test_the_packaged_scenarios() -> None:
     found = {s.name: s for s in all_scenarios()}
-    assert list(found) == ["regenerate", "batch", "docstrings", "agent", "unrelated"]
-    assert len(set(found["regenerate"].prompts)) == 1 and len(found["regenerate"].prompts) == 3
-    assert found["regenerate"].temperature == 0.7
+    assert list(found) == [
+        "regenerate",
+        "regenerate-code",
+        "batch",
+        "docstrings",
+        "agent",
+        "unrelated",
+    ]
+    for name in ("regenerate", "regenerate-code"):
+        assert len(set(found[name].prompts)) == 1 and len(found[name].prompts) == 3
+        assert found[name].temperature == 0.7
     assert len(found["batch"].prompts) == 12 and len(set(found["batch"].prompts)) == 12
     assert len(found["docstrings"].prompts) == 8 and len(found["agent"].prompts) == 5
     assert all("{item}" not in p for s in found.values() for p in s.prompts)
     assert [s.name for s in select_scenarios("agent,batch")] == ["agent", "batch"]
-    assert len(select_scenarios("all")) == 5
+    assert len(select_scenarios("all")) == 6
     with pytest.raises(LocalspecError, match="unknown scenario reroll"):
         select_scenarios("batch,reroll")
 

@@ -261,9 +261,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--scenarios",
         default=None,
         metavar="NAMES",
-        help="run multi-request scenarios instead of prompts: regenerate, batch, docstrings, "
-        "agent, unrelated (comma-separated), or all; each request's speedup over plain "
-        "decoding and over ngram-simple",
+        help="run multi-request scenarios instead of prompts: regenerate, regenerate-code, "
+        "batch, docstrings, agent, unrelated (comma-separated), or all; each request's "
+        "speedup over plain decoding and over ngram-simple",
     )
     p.add_argument(
         "--prompts",
