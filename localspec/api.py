@@ -493,6 +493,7 @@ class Engine:
         chat: bool = False,
         system: str | None = None,
         record_margins: bool = False,
+        cancelled: Callable[[], bool] | None = None,
         **changes: Any,
     ) -> Iterator[RoundEvent]:
         """Generate, yielding one ``RoundEvent`` per round. ``settings`` (or keyword
@@ -509,18 +510,36 @@ class Engine:
         (``toolcalls`` reads the calls back from the text). ``system``: a system message (a
         text prompt then goes through the chat template too). ``stop``: a string or a list
         of them. ``record_margins``: the top-2 logit gap (when sampling, the draw's margin)
-        at each token, for tie-aware comparisons. A wrong type or value of any of these is a
-        ``LocalspecError`` naming it, raised before any work (``api_checks``)."""
+        at each token, for tie-aware comparisons. ``cancelled``: asked from the generating
+        thread between the chunks of a long prompt (which can take seconds to read); when it
+        returns True, ``GenerationCancelled`` is raised (to end a stream between rounds, close
+        it). A wrong type or value of any of these is a ``LocalspecError`` naming it, raised
+        before any work (``api_checks``)."""
         checks.prompt(prompt)
         checks.text("system", system)
         checks.flag("chat", chat)
         checks.flag("record_margins", record_margins)
+        checks.optional_callable("cancelled", cancelled)
         base = checks.settings(settings) if settings is not None else GenerationSettings()
         try:
             s = checks.settings(base.but(**changes))
         except TypeError as exc:
             raise LocalspecError(f"unknown generation setting: {exc}") from None
-        yield from self._turns.run(self._stream(prompt, s, chat, system, record_margins))
+        generation = self._stream(prompt, s, chat, system, record_margins)
+        yield from self._turns.run(self._cancellable(generation, cancelled))
+
+    def _cancellable(
+        self, generation: Iterator[RoundEvent], cancelled: Callable[[], bool] | None
+    ) -> Iterator[RoundEvent]:
+        """``generation``, with ``cancelled`` asked while any model reads a long input."""
+        contexts = [c for c in (self.target, self.draft) if c is not None]
+        for context in contexts:
+            context.cancelled = cancelled
+        try:
+            yield from generation
+        finally:
+            for context in contexts:
+                context.cancelled = None
 
     def _stream(
         self,

@@ -40,6 +40,11 @@ def flag(name: str, value: object) -> None:
         raise LocalspecError(f"{name} must be True or False (got {value!r})")
 
 
+def optional_callable(name: str, value: object) -> None:
+    if value is not None and not callable(value):
+        raise LocalspecError(f"{name} must be a function or None (got {value!r})")
+
+
 def text(name: str, value: object, none_ok: bool = True) -> None:
     if not (isinstance(value, str) or (value is None and none_ok)):
         raise LocalspecError(f"{name} must be a string (got {value!r})")

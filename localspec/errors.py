@@ -21,3 +21,10 @@ class LocalspecError(Exception):
 
 class EngineFailure(LocalspecError):
     """llama.cpp failed while generating: not the request's fault (a server answers 500)."""
+
+
+class GenerationCancelled(LocalspecError):
+    """The caller's ``cancelled`` check said stop while the prompt was being read."""
+
+    def __init__(self) -> None:
+        super().__init__("the generation was cancelled while the prompt was being read")

@@ -12,6 +12,7 @@ import llama_cpp
 import pytest
 
 from localspec import Engine, LocalspecError
+from localspec.errors import GenerationCancelled
 
 CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 PROSE = "The three primary colours are"
@@ -80,3 +81,22 @@ def test_a_decode_whose_bookkeeping_was_interrupted_is_forgotten(engine: Engine)
     target._batch.fill([1, 2, 3], target.n_past, 1)  # what _decode_chunk does...
     assert llama_cpp.llama_decode(target.ctx, target._batch.batch) == 0  # ...interrupted here
     assert answer(engine, PROSE) == expected
+
+
+def test_a_long_prompt_stops_being_read_when_its_caller_cancels(engine: Engine) -> None:
+    """A server whose client went away asks between the prompt's chunks: it stops after the
+    first (512 tokens) instead of reading the rest, and the next generation goes on."""
+    prompt = " ".join(f"w{i}" for i in range(220))  # about 800 tokens: two chunks
+    asked: list[int] = []
+
+    def cancelled() -> bool:
+        asked.append(engine.target.n_past)
+        return True
+
+    with pytest.raises(GenerationCancelled, match="cancelled while the prompt was being read"):
+        next(engine.stream(prompt, max_tokens=4, cancelled=cancelled))
+    assert asked == [engine.target.n_batch] and engine.target.n_past == engine.target.n_batch
+    assert engine.target.cancelled is None  # not left for the next caller
+    assert answer(engine, CODE) == answer(engine, CODE)
+    with pytest.raises(LocalspecError, match="cancelled must be a function"):
+        next(engine.stream(PROSE, cancelled=True))

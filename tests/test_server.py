@@ -21,6 +21,7 @@ import pytest
 import uvicorn
 
 from localspec import Engine, SpecConfig
+from localspec.commands.serve import CONNECTIONS_WAIT_S
 from localspec.errors import EngineFailure, LocalspecError
 from localspec.server.app import ServerSettings, create_app
 from localspec.server.reply import ShuttingDown, generation_error
@@ -346,12 +347,30 @@ def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
                 time.sleep(0.2)
         r = post(f"http://127.0.0.1:{port}", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
         assert r.status_code == 200
+        gone, stalled = (_half_sent_request(port) for _ in range(2))
+        gone.close()  # a client that goes away while sending its body: not a traceback
+        time.sleep(0.5)
     finally:
         proc.send_signal(signal.SIGTERM)
+        stopped_at = time.time()
         code = proc.wait(timeout=30)
+    # a client still sending its body does not hold the stop: a supervisor would kill
+    # the process before it saves its memory (docker stop waits 10 s)
+    assert time.time() - stopped_at < CONNECTIONS_WAIT_S + 4
+    stalled.close()
     err = proc.stderr.read() if proc.stderr else ""
     assert code == 0, err
     assert "serving SmolLM2" in err and "/v1/completions" in err  # one log line per request
+    assert "Traceback" not in err and "Exception" not in err, err
+
+
+def _half_sent_request(port: int) -> socket.socket:
+    """A connection whose request announces 100 bytes of body and sends 12."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+    head += "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    sock.sendall(head.encode() + b'{"messages":')
+    return sock
 
 
 @pytest.mark.parametrize("signals", [1, 2])

@@ -22,6 +22,10 @@ from localspec.server.guard import is_loopback_host
 # How long a stopping server waits for its generation thread to leave the engine (it stops
 # after its current round; a long prompt's evaluation is the longest step there is).
 STOP_WAIT_S = 60.0
+# How long a stopping server waits for open connections (an answer's last round, a client
+# still sending its body) before closing them: a supervisor (docker stop, systemd) kills a
+# process that takes longer than 10 s, before the memory is saved.
+CONNECTIONS_WAIT_S = 5.0
 
 
 class GracefulServer(uvicorn.Server):
@@ -110,7 +114,13 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         # no lifespan events: the app has none, and a forced stop would report theirs cancelled
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=CONNECTIONS_WAIT_S,
+        )
         logging.getLogger("uvicorn.error").addFilter(CancelledAtExit())
         GracefulServer(config, runner.stop).run(sockets=[listening])
         if not runner.wait_idle(STOP_WAIT_S):  # freeing the engine under it would crash

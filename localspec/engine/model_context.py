@@ -25,7 +25,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.engine.llama_lib import ensure_initialised, log_mark, recent_log
-from localspec.errors import EngineFailure, LocalspecError
+from localspec.errors import EngineFailure, GenerationCancelled, LocalspecError
 from localspec.hardware import default_threads
 from localspec.interrupts import (
     defer_interrupt,
@@ -106,6 +106,9 @@ class ModelContext:
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.flash_attn = flash_attn_setting(options)  # as llama.cpp was told
         self.tokens: list[int] = []
+        # asked between the chunks of a long input: a prompt of thousands of tokens takes
+        # seconds to read, and a server's client may have gone meanwhile
+        self.cancelled: Callable[[], bool] | None = None
         # leading positions whose cache rows came from prefill in aligned n_batch chunks
         self.prefilled = 0
         # called after every decoded chunk with (first position, tokens): the MTP drafter
@@ -229,6 +232,8 @@ class ModelContext:
         while len(tokens) - start > size:  # long prompts: chunks without logits
             self._decode_chunk(tokens[start : start + size], want=0)
             start += size
+            if self.cancelled is not None and self.cancelled():
+                raise GenerationCancelled  # the cache keeps what was read: a retry reuses it
         rest = tokens[start:]
         n_rows = len(rest) if all_logits else 1
         self._decode_chunk(rest, want=n_rows)

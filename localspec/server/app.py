@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -112,10 +112,13 @@ class Server:
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body larger than {limit} bytes")
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise ApiError(413, f"request body larger than {limit} bytes")
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ApiError(413, f"request body larger than {limit} bytes")
+        except ClientDisconnect:
+            raise ApiError(499, "client closed the request while sending it") from None
         try:
             return json.loads(body)
         except ValueError as exc:

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from localspec.engine.loop import RoundEvent, TokenLogprob
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolFormat
-from localspec.errors import EngineFailure, LocalspecError
+from localspec.errors import EngineFailure, GenerationCancelled, LocalspecError
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError
@@ -232,6 +232,12 @@ class Reply:
         yield "data: [DONE]\n\n"
 
     def failed(self, exc: LocalspecError) -> ApiError:
+        if isinstance(exc, GenerationCancelled):  # stopped while reading a long prompt
+            if self.server.stopping:
+                exc = ShuttingDown()
+            else:
+                log.info("%s %s: client went away, prompt left unread", self.endpoint, self.mode)
+                return ApiError(499, "client closed the request")
         return generation_error(exc, f"{self.endpoint} {self.mode}")
 
 

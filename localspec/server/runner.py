@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from localspec.api import Engine
@@ -60,16 +61,16 @@ class EngineRunner:
     def generate(self, **kwargs: Any) -> GenerationStream:
         """Start one generation now (the caller holds the turn, from ``acquire``) and return
         its events. The generation thread releases the turn when it ends."""
-        stream = GenerationStream(asyncio.get_running_loop())
+        stream = GenerationStream(asyncio.get_running_loop(), lambda: self.closing)
         turn = self._turn()
 
         def work() -> None:
             self.busy = True
-            events = self.engine.stream(**kwargs)
+            events = self.engine.stream(cancelled=stream.ended, **kwargs)
             try:
                 for event in events:
                     stream.put(event)
-                    if stream.stopped.is_set() or self.closing:
+                    if stream.ended():
                         break
             except BaseException as exc:  # handed to the request, which turns it into an error
                 stream.put(exc)
@@ -104,10 +105,18 @@ class GenerationStream:
     """Async iterator over a generation's events. Closing it, or dropping it unread (a client
     gone before its response started), stops the generation within one step."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, closing: Callable[[], bool] = lambda: False
+    ) -> None:
         self.loop = loop
         self.stopped = threading.Event()
+        self._closing = closing
         self._events: asyncio.Queue[object] = asyncio.Queue()
+
+    def ended(self) -> bool:
+        """Whether the generation should stop: its client went away, or the server stops
+        (asked after each round, and between the chunks of a long prompt)."""
+        return self.stopped.is_set() or self._closing()
 
     def put(self, item: object) -> None:
         self.loop.call_soon_threadsafe(self._events.put_nowait, item)
