@@ -269,6 +269,24 @@ def test_web_pages_cannot_drive_the_server(engine: Engine) -> None:
             headers={"Origin": "https://app.example"},
         )
         assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+        for origin in ("https://app.example", "http://localhost:3000"):  # a browser's preflight
+            preflight = httpx.options(
+                f"{url}/v1/chat/completions",
+                headers={
+                    "Origin": origin,
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization, content-type",
+                },
+            )
+            assert preflight.status_code == 200, preflight.text
+            assert preflight.headers["access-control-allow-origin"] == origin
+            assert "authorization" in preflight.headers["access-control-allow-headers"]
+        refused = httpx.options(
+            f"{url}/v1/chat/completions",
+            headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert "access-control-allow-origin" not in refused.headers
 
 
 def test_concurrent_clients_all_get_answers(client: openai.OpenAI) -> None:

@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -30,7 +31,13 @@ from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, for
 from localspec.errors import LocalspecError
 from localspec.memory_bank import DEFAULT_PARTITION, partition_for_key
 from localspec.modes import canonical
-from localspec.server.guard import body_type_allowed, host_of, is_loopback_host, origin_allowed
+from localspec.server.guard import (
+    OriginCORS,
+    body_type_allowed,
+    host_of,
+    is_loopback_host,
+    origin_allowed,
+)
 from localspec.server.metrics import ServerMetrics
 from localspec.server.reply import Reply, ShuttingDown
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
@@ -422,6 +429,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
         ],
         exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(OriginCORS, allowed=server.settings.allowed_origins)],
     )
     app.state.server = server
     return app

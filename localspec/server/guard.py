@@ -12,6 +12,10 @@ answers (its own host name resolves to 127.0.0.1). So, by default:
 - request bodies must be JSON (``Content-Type: application/json``, or none): ``text/plain``,
   multipart and form bodies, the ones browsers send without asking, get a 415 (a form type
   without an ``Origin`` header is what ``curl -d`` sends, and is read as JSON).
+
+The pages that may call it get the CORS headers a browser asks for (``OriginCORS``): without
+them, a web app on ``http://localhost:3000`` could send a request but not read the answer,
+and its preflight (any request with an ``Authorization`` header or a JSON body) would fail.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from urllib.parse import urlsplit
+
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -55,3 +62,15 @@ def body_type_allowed(content_type: str | None, origin: str | None) -> bool:
     if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
         return True
     return kind == "application/x-www-form-urlencoded" and origin is None
+
+
+class OriginCORS(CORSMiddleware):
+    """CORS for exactly the origins ``origin_allowed`` accepts: preflights answered, answers
+    readable, any request header (``Authorization``, the SDKs' own)."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        super().__init__(app, allow_methods=["GET", "POST"], allow_headers=["*"], max_age=600)
+        self.allowed = tuple(allowed)
+
+    def is_allowed_origin(self, origin: str) -> bool:
+        return origin_allowed(origin, self.allowed)
