@@ -120,17 +120,23 @@ def fetch_entry(entry: ModelEntry, catalog: Catalog) -> Path:
 
 
 def _verified(path: Path, entry: ModelEntry) -> bool:
-    """Check size and SHA-256 (once per file version); remove a file that does not match."""
-    if entry.size is not None and path.stat().st_size != entry.size:
-        status(f"{path}: size {path.stat().st_size} != expected {entry.size}; removing it")
+    """Check size and SHA-256 (once per file version); remove a file that does not match,
+    unless it was verified whole before: then the catalog entry is what is wrong (two
+    entries may name one file), and the good file is kept."""
+    stamp = path.with_name(path.name + ".verified")
+    known = read_stamp(path, stamp)  # the SHA-256 of a file unchanged since it was verified
+    size = path.stat().st_size
+    if entry.size is not None and size != entry.size:
+        if known is not None:
+            raise _entry_disagrees(entry, path, f"size {entry.size}", f"{size} bytes")
+        status(f"{path}: size {size} != expected {entry.size}; removing it")
         path.unlink()
         return False
-    if entry.sha256 is None:
+    if entry.sha256 is None or known == entry.sha256:
         return True
-    stamp = path.with_name(path.name + ".verified")
-    if read_stamp(path, stamp) == entry.sha256:
-        return True
-    with byte_progress(f"verifying {path.name}", path.stat().st_size) as advance:
+    if known is not None:
+        raise _entry_disagrees(entry, path, f"SHA-256 {entry.sha256}", f"SHA-256 {known}")
+    with byte_progress(f"verifying {path.name}", size) as advance:
         digest = sha256_file(path, advance)
     if digest != entry.sha256:
         path.unlink()
@@ -142,6 +148,14 @@ def _verified(path: Path, entry: ModelEntry) -> bool:
         )
     write_stamp(path, digest, stamp)
     return True
+
+
+def _entry_disagrees(entry: ModelEntry, path: Path, expected: str, found: str) -> LocalspecError:
+    return LocalspecError(
+        f"model '{entry.name}' expects {expected}, but {path}, verified whole when it was "
+        f"fetched, has {found}; the file was kept",
+        "fix that entry of the catalog (LOCALSPEC_CATALOG), or delete the file to fetch it anew",
+    )
 
 
 def _hub_offline() -> bool:

