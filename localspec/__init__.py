@@ -1,10 +1,33 @@
-"""localspec: lossless speculative decoding for local LLMs on llama.cpp."""
+"""localspec: lossless speculative decoding for local LLMs on llama.cpp.
 
-from localspec.api import Engine, GenerationResult
-from localspec.engine.loop import RoundEvent, SpecConfig
-from localspec.engine.settings import GenerationSettings
-from localspec.engine.stats import Stats
-from localspec.errors import LocalspecError
+The names below are imported when first used: the ``localspec`` command starts by importing
+this package, and a Ctrl-C while numpy and llama.cpp load must find its handler in place
+(``localspec.launch``), not a traceback."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localspec.api import Engine, GenerationResult
+    from localspec.engine.loop import RoundEvent, SpecConfig
+    from localspec.engine.settings import GenerationSettings
+    from localspec.engine.stats import Stats
+    from localspec.errors import LocalspecError
+
+    StepEvent = RoundEvent
+
+_HOMES = {
+    "Engine": "localspec.api",
+    "GenerationResult": "localspec.api",
+    "RoundEvent": "localspec.engine.loop",
+    "SpecConfig": "localspec.engine.loop",
+    "GenerationSettings": "localspec.engine.settings",
+    "Stats": "localspec.engine.stats",
+    "LocalspecError": "localspec.errors",
+}
+_RENAMED = {"StepEvent": "RoundEvent"}  # the names of earlier releases
 
 __all__ = [
     "Engine",
@@ -16,5 +39,17 @@ __all__ = [
     "Stats",
     "StepEvent",
 ]
-StepEvent = RoundEvent  # the name of earlier releases
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    real = _RENAMED.get(name, name)
+    if real not in _HOMES:
+        raise AttributeError(f"module 'localspec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[real]), real)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    install_interrupt_handler()
     try:
+        args = build_parser().parse_args(argv)
+        install_interrupt_handler()
         return int(args.handler(args) or 0)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)

@@ -98,3 +98,16 @@ def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path, tmp_pat
     assert "ngram-simple" in out and "ceiling" in out  # the table of what was measured
     assert "interrupted: partial" in out and json.loads(report.read_text())["partial"] is True
     assert seconds < 10
+
+
+def test_ctrl_c_while_the_command_starts_is_not_a_traceback() -> None:
+    """The first half second goes to importing numpy and llama.cpp, before any handler of
+    the command's own: a Ctrl-C there is an interruption all the same."""
+    for delay in (0.05, 0.15, 0.25, 0.35, 0.5):
+        proc = start("models")
+        time.sleep(delay)
+        code, out, _ = interrupt(proc)
+        assert "Traceback" not in out, (delay, out[-2000:])
+        # before Python's own handler is in place, the signal ends the process quietly
+        assert code in (130, -signal.SIGINT) or (code == 0 and "interrupted" not in out), out
+        assert code != 130 or "localspec: interrupted" in out
