@@ -439,3 +439,12 @@ def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # ty
     assert " + " in full
     stopped = qwen.generate("def add(a, b):", max_tokens=16, mode="none", stop=" + ").text
     assert stopped == full.split(" + ")[0]
+
+
+def test_a_named_draft_that_cannot_be_found(capsys, smollm_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """pairs still judges the others, then says so; probe says so before measuring."""
+    code, text = outcome(capsys, ["pairs", str(smollm_path), MISSING, "--no-hf-cache"])
+    assert code == 2 and f"draft '{MISSING}'" in text and "unreadable" in text
+    argv = ["probe", str(smollm_path), "--candidates", MISSING, "--modes", "draft-model"]
+    code, text = outcome(capsys, argv)
+    assert code == 2 and f"draft '{MISSING}'" in text and "plain" not in text

@@ -42,11 +42,14 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
             "ngram-simple,draft-self,draft-mtp,draft-model",
             "--json",
             "--save",
+            "--export",
+            "llama-server",
         ]
     )
     assert code == 0
     out = capsys.readouterr().out
-    report = json.loads(out)
+    report = json.loads(out)  # the exported command line is a field, not a line after it
+    assert report["export"] and "llama-server" in report["export"]
     modes = {r["mode"] for r in report["ranking"]}
     assert modes == {"ngram-simple", "draft-self", "draft-model"}
     assert len(report["measurements"]) == 3 * 2 * 2  # 3 configs x 2 lengths x 2 prompts

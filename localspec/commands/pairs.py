@@ -68,6 +68,19 @@ def gather_candidates(
     return found, notes
 
 
+def unreadable(candidates: list[Candidate]) -> LocalspecError | None:
+    """The error for the drafts named on the command line that could not be found or read
+    (None: every one was)."""
+    bad = [c for c in candidates if c.path is None]
+    if not bad:
+        return None
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return LocalspecError(
+        f"draft {bad[0].label!r}: {bad[0].problem}{more}",
+        "give the path of a .gguf file or a catalog name (`localspec models` lists them)",
+    )
+
+
 def unique(candidates: list[Candidate], target: Path) -> list[Candidate]:
     seen = {os.path.realpath(target)}
     kept = []
@@ -131,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
                 default=str,
             )
         )
-        return 0
-    print_pairs(info, rows, notes, known)
+    else:
+        print_pairs(info, rows, notes, known)
+    if (problem := unreadable(candidates)) is not None:  # after the verdicts on the others
+        raise problem
     return 0
 
 

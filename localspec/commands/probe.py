@@ -18,7 +18,7 @@ from localspec import probe
 from localspec.api import Engine
 from localspec.catalog import Catalog, load_catalog
 from localspec.commands.flags import add_machine_flags
-from localspec.commands.pairs import Candidate, gather_candidates, judge, unique
+from localspec.commands.pairs import Candidate, gather_candidates, judge, unique, unreadable
 from localspec.derivation.gguf_info import gguf_info
 from localspec.errors import LocalspecError
 from localspec.hardware import MachineLoad, machine_load
@@ -78,21 +78,19 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
         console.print("[yellow]interrupted: partial results follow[/]")
     ranking = run.ranking
-    report(args, console, run)
+    winner = probe.chosen(ranking)
+    export = None
+    if args.export and winner is not None:
+        chosen = winner.config if winner.speedup >= WORTH_IT else ProbeConfig("none", 0)
+        export = probe.export_command(chosen, target, args.export)
+    report(args, console, run, export)
     if args.save and ranking and not interrupted:
         saved = probe.save(target, ranking, run.measurements)
         console.print(f"saved for --mode auto: {saved}")
         if probe.measured_winner(ranking) is None:
             console.print("[yellow]nothing was measured reliably: --mode auto will not use it[/]")
-    winner = probe.chosen(ranking)
-    if args.export and winner is not None:
-        print(
-            probe.export_command(
-                winner.config if winner.speedup >= WORTH_IT else ProbeConfig("none", 0),
-                target,
-                args.export,
-            )
-        )
+    if export is not None and not args.json:  # with --json, a field of the report
+        print(export)
     return 130 if interrupted else 0
 
 
@@ -106,6 +104,8 @@ def plan(
     candidates, run.notes = (
         gather_candidates(args, catalog) if "draft-model" in wanted else ([], [])
     )
+    if (problem := unreadable(candidates)) is not None:  # before minutes of measuring
+        raise problem
     rows = judge(run.target, unique(candidates, run.target), args.ctx_size)
     run.rejected = [
         (c.label, "; ".join(v.reasons) if v else (problem or "unreadable"))
@@ -210,7 +210,9 @@ def announce(m: probe.Measurement, ceiling: float, console: Console) -> None:
     )
 
 
-def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
+def report(
+    args: argparse.Namespace, console: Console, run: ProbeRun, export: str | None = None
+) -> None:
     ranking = run.ranking
     best = probe.best_per_config_family(ranking)
     elapsed = time.monotonic() - run.started
@@ -228,6 +230,7 @@ def report(args: argparse.Namespace, console: Console, run: ProbeRun) -> None:
                     "incompatible": [{"candidate": c, "why": why} for c, why in run.rejected],
                     "unavailable_modes": [{"mode": m, "why": why} for m, why in run.unavailable],
                     "recommendation": probe.recommendation(ranking),
+                    "export": export,
                     "notes": run.notes,
                 },
                 indent=2,
