@@ -28,7 +28,11 @@ def parse_mode(mode: str) -> tuple[str, ...]:
     parts = tuple(p.strip() for p in mode.replace("+", ",").split(","))
     unknown = [p for p in parts if p not in SINGLE_MODES]
     if unknown:
-        raise LocalspecError(f"unknown --mode '{unknown[0]}'", f"choose one of {EXAMPLES}, or auto")
+        raise LocalspecError(
+            f"unknown mode '{unknown[0]}'",
+            f"choose one of {EXAMPLES} (--mode of run, chat and serve also takes auto: the "
+            "winner of `localspec probe --save`)",
+        )
     if len(parts) == 1:
         return parts
     neural = [p for p in parts if p in NEURAL_MODES]

@@ -334,6 +334,10 @@ async def test_chat_exits_with_the_error_when_the_model_cannot_load(
         (["serve", MISSING, "--host", "not a host!", "--port", "0"], "cannot listen on"),
         (["serve", MISSING, "--host", "\x00", "--port", "0"], "is not a host name or address"),
         (["serve", MISSING, "--no-such-flag"], "see `localspec serve --help`"),
+        # flags a command would ignore are not offered
+        (["bench", MISSING, "--mode", "draft-self"], "--mode could match --model-draft, --modes"),
+        (["doctor", MISSING, "-md", MISSING], "unrecognized arguments: -md"),
+        (["bench", MISSING, "--modes", "none,auto"], "unknown mode 'auto'"),
     ],
 )
 def test_more_bad_input_found_by_trying(capsys, argv, expected) -> None:  # type: ignore[no-untyped-def]

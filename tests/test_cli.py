@@ -107,7 +107,7 @@ def test_bad_flag_combinations(capsys, qwen_path) -> None:  # type: ignore[no-un
     )
     assert "--spec-draft-p-min" in error_of(capsys, "run", q, "--spec-draft-p-min", "1.5")
     assert "argument --temp: -1 is out of range" in error_of(capsys, "run", q, "--temp", "-1")
-    assert "unknown --mode" in error_of(capsys, "run", q, "--mode", "fast")
+    assert "unknown mode 'fast'" in error_of(capsys, "run", q, "--mode", "fast")
     assert "cannot read the prompt file" in error_of(capsys, "run", q, "-f", "/nonexistent")
 
 

@@ -226,7 +226,7 @@ def test_mode_auto_refuses_a_noisy_winner(monkeypatch, tmp_path, smollm_path) ->
         ({"speedup": 2.0}, "damaged: its winner has no draft length"),
         ({"mode": "ngram-simple", "n_max": None, "speedup": 2.0}, "no draft length"),
         ({"mode": "ngram-simple", "n_max": 8, "speedup": "fast"}, "speedup is 'fast'"),
-        ({"mode": "warp-drive", "n_max": 8, "speedup": 2.0}, "unknown --mode 'warp-drive'"),
+        ({"mode": "warp-drive", "n_max": 8, "speedup": 2.0}, "unknown mode 'warp-drive'"),
         ({"mode": "ngram-simple", "n_max": 100000, "speedup": 2.0}, "settings are wrong"),
         (
             {"mode": "draft-model", "n_max": 8, "speedup": 2.0, "draft": "/gone/d.gguf"},

@@ -248,7 +248,7 @@ def report(args, console, cells, ceiling, model, machine, partial) -> None:  # t
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("bench", help="every mode vs plain decoding (and native llama.cpp)")
-    add_model_flags(p)
+    add_model_flags(p, mode=False)  # it measures --modes, a list
     add_spec_flags(p)
     p.add_argument(
         "--modes",

@@ -52,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("doctor", help="machine, threads, GPU offload, speculation ceiling")
-    add_model_flags(p)
+    add_model_flags(p, draft=False, mode=False)  # it measures the target alone
     add_spec_flags(p)
     p.set_defaults(handler=run)

@@ -17,27 +17,32 @@ from localspec.memory_bank import DEFAULT_MEMORY_MB
 from localspec.modes import LOOKUP_MODES
 
 
-def add_model_flags(p: argparse.ArgumentParser) -> None:
+def add_model_flags(p: argparse.ArgumentParser, draft: bool = True, mode: bool = True) -> None:
+    """The target, and the draft model and mode where the command uses them (a flag a
+    command would ignore is not offered: argparse refuses it)."""
     p.add_argument(
         "target",
         nargs="?",
         default=None,
         help="target model: a .gguf path or a catalog name (default: the catalog's)",
     )
-    p.add_argument(
-        "-md",
-        "--model-draft",
-        dest="draft",
-        default=None,
-        help="draft model (.gguf path or catalog name) for --mode draft-model",
-    )
-    p.add_argument(
-        "--mode",
-        default=None,
-        help="none | ngram-simple | suffix | draft-model | draft-self | draft-mtp, or a chain "
-        "such as suffix+ngram-simple or ngram-simple+draft-self (default: draft-model with "
-        "-md, else ngram-simple, after the suffix lookup where the speculation memory is on)",
-    )
+    if draft:
+        p.add_argument(
+            "-md",
+            "--model-draft",
+            dest="draft",
+            default=None,
+            help="draft model (.gguf path or catalog name) for --mode draft-model",
+        )
+    if mode:
+        p.add_argument(
+            "--mode",
+            default=None,
+            help="none | ngram-simple | suffix | draft-model | draft-self | draft-mtp, or a "
+            "chain such as suffix+ngram-simple or ngram-simple+draft-self (default: "
+            "draft-model with -md, else ngram-simple, after the suffix lookup where the "
+            "speculation memory is on)",
+        )
     add_machine_flags(p)
 
 
