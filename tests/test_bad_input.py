@@ -338,6 +338,7 @@ async def test_chat_exits_with_the_error_when_the_model_cannot_load(
         (["bench", MISSING, "--mode", "draft-self"], "--mode could match --model-draft, --modes"),
         (["doctor", MISSING, "-md", MISSING], "unrecognized arguments: -md"),
         (["bench", MISSING, "--modes", "none,auto"], "unknown mode 'auto'"),
+        (["probe", MISSING, "--lengths", "8,600"], "--lengths '8,600': a draft holds at most 511"),
     ],
 )
 def test_more_bad_input_found_by_trying(capsys, argv, expected) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from localspec.catalog import Catalog, load_catalog
 from localspec.commands.flags import add_machine_flags
 from localspec.commands.pairs import Candidate, gather_candidates, judge, unique, unreadable
 from localspec.derivation.gguf_info import gguf_info
+from localspec.engine.model_context import ContextOptions
 from localspec.errors import LocalspecError
 from localspec.hardware import MachineLoad, machine_load
 from localspec.measure import Budget, shown
@@ -39,6 +40,12 @@ def parse_lengths(text: str) -> list[int]:
         ) from None
     if not lengths or lengths[0] < 1:
         raise LocalspecError(f"--lengths {text!r}: lengths must be >= 1")
+    most = ContextOptions.n_batch - 1  # a draft is verified in one batch with one more token
+    if lengths[-1] > most:
+        raise LocalspecError(
+            f"--lengths {text!r}: a draft holds at most {most} tokens (one verification batch)",
+            "e.g. --lengths 4,8,16",
+        )
     return lengths
 
 
