@@ -56,9 +56,17 @@ def test_run_compare_checks_a_seeded_sampled_run_where_only_lookups_draft(
     seeded = json.loads(run_cli(*ask, "--seed", "5").stdout)
     assert seeded["lossless"]["identical"] or seeded["lossless"]["near_tie"]
     assert seeded["lossless"]["margin_is"] == "draw margin"
-    assert "lossless" not in json.loads(run_cli(*ask).stdout)  # no seed: other draws
+    assert seeded["lossless"]["checked"]
+    unseeded = run_cli(*ask)  # other draws: not compared, and it says why
+    assert json.loads(unseeded.stdout)["lossless"] == {
+        "checked": False,
+        "why": "sampling without --seed: each run draws its own text (give --seed N)",
+    }
     drafted = run_cli(*ask, "--seed", "5", "-md", str(smollm_path))
-    assert "lossless" not in json.loads(drafted.stdout)
+    assert "rejection sampling" in json.loads(drafted.stdout)["lossless"]["why"]
+    plain_text = [a for a in ask if a != "--json"]
+    said = run_cli(*plain_text, "--seed", "5", "-md", str(smollm_path))
+    assert "lossless: not checked (a model's draft is accepted by rejection" in said.stderr
 
 
 def test_run_streams_text(smollm_path: Path) -> None:

@@ -114,14 +114,18 @@ def run(args: argparse.Namespace) -> int:
         report["plain_tokens_per_s"] = round(plain_speed, 3)
         report["plain_runs_tokens_per_s"] = [round(x, 3) for x in plain_runs]
         report["speedup"] = round(speedup, 3)
-        if comparable(args, engine.mode):
+        unchecked = why_not_comparable(args, engine.mode)
+        if unchecked is None:
             greedy = args.temperature == 0
             bound = NEAR_TIE_GAP if greedy else NEAR_TIE_DRAW
             lossless = compare(plain.tokens, plain.margins, tokens, plain.runners_up, bound)
             report["lossless"] = {
+                "checked": True,
                 **lossless.to_dict(),
                 "margin_is": "top-2 logit gap" if greedy else "draw margin",
             }
+        else:
+            report["lossless"] = {"checked": False, "why": unchecked}
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
@@ -129,14 +133,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def comparable(args: argparse.Namespace, mode: str) -> bool:
-    """Whether the speculative run must give plain decoding's tokens: greedy, or sampling
-    with a seed where only lookups draft (their drafts are judged by the target's own draw;
-    a draft model's by rejection sampling, another draw of the same distribution)."""
+def why_not_comparable(args: argparse.Namespace, mode: str) -> str | None:
+    """Why the speculative run need not give plain decoding's tokens (None: it must).
+    Greedy, or sampling with a seed where only lookups draft, must (their drafts are judged
+    by the target's own draw); a draft model's are judged by rejection sampling, another
+    draw of the same distribution."""
     if args.temperature == 0:
-        return True
-    lookups_only = mode == "none" or all(m in LOOKUP_MODES for m in parse_mode(mode))
-    return args.seed is not None and args.seed >= 0 and lookups_only
+        return None
+    if args.seed is None or args.seed < 0:
+        return "sampling without --seed: each run draws its own text (give --seed N)"
+    if mode != "none" and any(m not in LOOKUP_MODES for m in parse_mode(mode)):
+        return (
+            "a model's draft is accepted by rejection sampling: another draw of the same "
+            "distribution, not plain decoding's text"
+        )
+    return None
 
 
 def print_summary(report: dict) -> None:  # type: ignore[type-arg]
@@ -168,8 +179,10 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
         lines.append(
             f"  plain {report['plain_tokens_per_s']:.1f} tok/s -> speedup {report['speedup']:.2f}x"
         )
-    if "lossless" in report:
-        lossless = report["lossless"]
+    lossless = report.get("lossless")
+    if lossless is not None and not lossless["checked"]:
+        lines.append(f"  lossless: not checked ({lossless['why']})")
+    elif lossless is not None:
         lines.append(
             "  lossless: identical to plain decoding"
             if lossless["identical"]
