@@ -79,7 +79,8 @@ def test_a_tiny_scenario_bench_writes_json_and_markdown(
     assert cells == {(m, i) for m in modes for i in (1, 2, 3)}
     assert any(line.startswith("regenerate, requests 2-3") for line in report["meaning"])
     assert "| regenerate | 2 | suffix+ngram-simple |" in md.read_text()
-    assert "vs ngram-simple" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "vs ngram-simple" in printed.out and "vs ngram-simple" not in printed.err
 
 
 def test_scenario_flags_are_checked(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]

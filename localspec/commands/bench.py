@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args)
     args.mode = next(iter(neural), "ngram-simple")
     options = engine_options(args)
-    # redirected, rich would fold the table into 80 columns and cut its cells
-    console = report_console(stderr=True)
+    console = report_console(stderr=True)  # progress; the results go to standard output
     machine = machine_load()
     console.print(machine.describe())
     native_error = None
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                 cells = with_native(args, engine, cells, prompts, options)
             except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
                 native_error = exc
-    report(args, console, cells, ceiling, engine.target_path.name, machine, interrupted)
+    report(args, report_console(), cells, ceiling, engine.target_path.name, machine, interrupted)
     if native_error is not None:
         raise LocalspecError(f"the native runs failed: {native_error.message}", native_error.hint)
     return 130 if interrupted else 0

@@ -31,7 +31,7 @@ def run_scenarios(args: argparse.Namespace, modes: list[str]) -> int:
     check_outputs(args)
     neural = {neural_part(m) for m in modes} - {None}
     args.mode = next(iter(neural), "ngram-simple")
-    console = report_console(stderr=True)
+    console = report_console(stderr=True)  # progress; the results go to standard output
     machine = machine_load()
     console.print(machine.describe())
     runs: list[sc.RequestRun] = []
@@ -60,11 +60,12 @@ def run_scenarios(args: argparse.Namespace, modes: list[str]) -> int:
         f"{args.repeat} repeat(s), machine {'busy' if machine.busy else 'quiet'}"
         + (", interrupted: partial" if interrupted else "")
     )
-    report(console, header, cells)
+    results = report_console()
+    report(results, header, cells)
     lines = [line for mode in modes for line in sc.headline(cells, mode)]
     for line in lines:
-        console.print(f"  {line}")
-    console.print(f"  {machine.describe()}")
+        results.print(f"  {line}")
+    results.print(f"  {machine.describe()}")
     if args.json:
         data = {
             "model": model,
