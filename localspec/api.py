@@ -120,7 +120,10 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
             f"(run `localspec probe {target} --save` to measure)"
         )
         return "ngram-simple", None, spec
-    status(f"--mode auto: {choice.label} (from the saved probe)")
+    if choice.mode == "none":
+        status("--mode auto: plain decoding (the saved probe found no draft that pays here)")
+    else:
+        status(f"--mode auto: {choice.label} (from the saved probe)")
     n_max = choice.n_max if choice.mode != "none" else spec.n_max
     return choice.mode, choice.draft, replace(spec, n_max=n_max, n_min=min(spec.n_min, n_max))
 
