@@ -92,6 +92,19 @@ def test_max_completion_tokens_wins(client: openai.OpenAI) -> None:
     assert reply.choices[0].finish_reason == "length"
 
 
+def test_null_means_the_default(base: str) -> None:
+    """OpenAI takes null for optional fields, and some clients send every field so."""
+    nulls = dict.fromkeys(
+        ("temperature", "top_p", "n", "logprobs", "stream", "frequency_penalty", "seed")
+    )
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, **nulls}
+    reply = post(base, "/v1/chat/completions", {**body, "parallel_tool_calls": None})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"]
+    missing = post(base, "/v1/chat/completions", {"messages": None})
+    assert missing.status_code == 400 and "messages" in missing.json()["error"]["message"]
+
+
 def test_stream_role_first_and_usage_last(client: openai.OpenAI) -> None:
     chunks = list(
         client.chat.completions.create(

@@ -130,6 +130,15 @@ class _Common(BaseModel):
     logit_bias: dict[str, Number] | None = None
     speculative: SpeculativeOverride | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def null_means_default(cls, data: Any) -> Any:
+        """OpenAI's API takes ``null`` for any optional field (``"temperature": null``: the
+        default), and clients send it so."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
     def stops(self) -> list[str]:
         if self.stop is None:
             return []
