@@ -317,6 +317,10 @@ def test_api_key(smollm: Engine) -> None:
             headers={"Authorization": "Bearer s3cret"},
         )
         assert ok.status_code == 200
+        for header in ("bearer s3cret", "BEARER  s3cret"):  # the scheme ignores case
+            assert httpx.get(f"{url}/v1/models", headers={"Authorization": header}).is_success
+        for header in ("Basic s3cret", "Bearer s3cre", "s3cret", "Bearer"):
+            assert httpx.get(f"{url}/v1/models", headers={"Authorization": header}).is_error
 
 
 def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
@@ -347,6 +351,9 @@ def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
                 time.sleep(0.2)
         r = post(f"http://127.0.0.1:{port}", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
         assert r.status_code == 200
+        for name in (smollm_path.stem, str(smollm_path)):  # the file's name, and the name typed
+            card = httpx.get(f"http://127.0.0.1:{port}/v1/models/{name}")
+            assert card.status_code == 200 and card.json()["id"] == smollm_path.stem
         gone, stalled = (_half_sent_request(port) for _ in range(2))
         gone.close()  # a client that goes away while sending its body: not a traceback
         time.sleep(0.5)

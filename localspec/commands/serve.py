@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             allowed_origins=args.allowed_origins,
             loopback_hosts_only=loopback,
+            model_names=(args.target,) if args.target else (),
         )
         app = create_app(engine, settings)
         runner = app.state.server.runner

@@ -54,6 +54,7 @@ class ServerSettings:
     max_body_bytes: int = 1 << 20
     allowed_origins: tuple[str, ...] = ()  # beyond loopback ones; "*": any
     loopback_hosts_only: bool = True  # listening on loopback: Host must name a loopback host
+    model_names: tuple[str, ...] = ()  # what /v1/models/{id} also answers to (the name typed)
 
 
 class Server:
@@ -94,9 +95,11 @@ class Server:
         key, so that one user's earlier prompts never draft (nor time) another's answers."""
         if not self.settings.api_keys:
             return DEFAULT_PARTITION
-        given = request.headers.get("authorization", "").encode()
-        for key in self.settings.api_keys:
-            if secrets.compare_digest(given, f"Bearer {key}".encode()):
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        for key in self.settings.api_keys:  # the scheme's name is case-insensitive (RFC 9110)
+            if scheme.lower() == "bearer" and secrets.compare_digest(
+                given.strip().encode(), key.encode()
+            ):
                 return partition_for_key(key)
         raise ApiError(
             401,
@@ -371,7 +374,7 @@ class Server:
         """One model by id (``client.models.retrieve``): the one loaded, or a 404."""
         try:
             self.check_caller(request)
-            if request.path_params["model_id"] != self.model_id:
+            if request.path_params["model_id"] not in (self.model_id, *self.settings.model_names):
                 raise ApiError(
                     404,
                     f"no model {request.path_params['model_id']!r} here: this server has "
