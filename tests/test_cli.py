@@ -142,3 +142,13 @@ def test_run_a_chain_reports_each_drafter(qwen_path: Path) -> None:
     assert "ngram-simple: drafted" in out and "draft-self: drafted" in out
     assert "shadow check(s)" in out
     assert "draft-self: keeping 18 of 24 layers (0-5,12-23)" in done.stderr
+
+
+def test_run_says_when_the_context_filled(smollm_path: Path) -> None:
+    """finish "length" either way; the summary says which limit it was."""
+    long = " ".join(["word"] * 240)
+    done = run_cli("run", str(smollm_path), "-p", long, "-n", "40", "-c", "256", "--mode", "none")
+    assert "finish: length (the context is full: raise -c)" in done.stderr
+    short = run_cli("run", str(smollm_path), "-p", "Hi", "-n", "3", "--json", "--mode", "none")
+    report = json.loads(short.stdout)
+    assert report["finish_reason"] == "length" and report["context_full"] is False

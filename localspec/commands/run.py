@@ -99,9 +99,13 @@ def run(args: argparse.Namespace) -> int:
         # within seconds, and one plain run on one side would bias the speedup
         plain_after = engine.generate(prompt, **baseline) if args.compare else None
     stats = result.stats
+    full = (
+        result.finish_reason == "length" and stats.n_prompt + stats.n_tokens >= engine.target.n_ctx
+    )
     report = {
         "text": "".join(text),
         "finish_reason": result.finish_reason,
+        "context_full": full,  # "length" because the context filled, not -n
         "mode": engine.mode,
         "n_tokens": stats.n_tokens,
         "tokens_per_s": round(stats.tokens_per_s, 3),
@@ -155,7 +159,8 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
     lines = [
         "",
         f"[{report['mode']}] {report['n_tokens']} tokens, {report['tokens_per_s']:.1f} tok/s, "
-        f"finish: {report['finish_reason']}",
+        f"finish: {report['finish_reason']}"
+        + (" (the context is full: raise -c)" if report["context_full"] else ""),
         f"  drafted {s['drafted']}, accepted {s['accepted']} "
         f"({100 * s['acceptance_rate']:.1f}%), mean acceptance length "
         f"{s['mean_acceptance_length']:.2f}, draft {s['draft_ms']:.0f} ms, "
