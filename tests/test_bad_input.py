@@ -446,6 +446,13 @@ def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # ty
     assert stopped == full.split(" + ")[0]
 
 
+def test_an_empty_grammar_file(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    empty = tmp_path / "empty.gbnf"
+    empty.write_text("\n")
+    code, text = outcome(capsys, ["run", MISSING, "--grammar", str(empty)])
+    assert_refused(code, text, f"--grammar {empty}: the file is empty")
+
+
 def test_a_named_draft_that_cannot_be_found(capsys, smollm_path: Path) -> None:  # type: ignore[no-untyped-def]
     """pairs still judges the others, then says so; probe says so before measuring."""
     code, text = outcome(capsys, ["pairs", str(smollm_path), MISSING, "--no-hf-cache"])

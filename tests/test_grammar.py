@@ -165,6 +165,11 @@ def test_bad_grammars_are_refused_with_a_reason(qwen: Engine, capfd) -> None:  #
     with pytest.raises(LocalspecError, match="Undefined rule identifier 'foo'"):
         Grammar(qwen.target, "root ::= foo")
     assert "root ::=" not in capfd.readouterr().err  # llama.cpp's own dump is kept back
+    with pytest.raises(LocalspecError) as refused:  # no earlier log line in the reason
+        Grammar(qwen.target, 'start ::= "a"')
+    assert refused.value.message == (
+        "the grammar does not parse: grammar does not contain a 'root' symbol"
+    )
     with pytest.raises(LocalspecError, match="JSON schema"):
         schema_grammar({"type": "objec"})
 

@@ -42,7 +42,13 @@ def read_grammar(args: argparse.Namespace) -> str | None:
     from localspec.engine.grammar import schema_grammar
 
     if args.grammar is not None:
-        return read_text(args.grammar, "--grammar")
+        gbnf = read_text(args.grammar, "--grammar")
+        if not gbnf.strip():
+            raise LocalspecError(
+                f"--grammar {args.grammar}: the file is empty",
+                "give a GBNF grammar with a root rule (see llama.cpp's grammars/README.md)",
+            )
+        return gbnf
     if args.json_schema is None:
         return None
     text = args.json_schema

@@ -29,7 +29,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from localspec.engine.llama_lib import recent_log
+from localspec.engine.llama_lib import log_mark, recent_log
 from localspec.engine.model_context import ModelContext
 from localspec.engine.schema_converter import schema_to_gbnf
 from localspec.errors import LocalspecError
@@ -123,13 +123,14 @@ class Grammar(_OwnedSampler):
     def __init__(self, backend: ModelContext, gbnf: str, root: str = "root") -> None:
         self.backend = backend
         self.gbnf = gbnf
+        mark = log_mark()
         with _stderr_captured() as said:
             sampler = llama_cpp.llama_sampler_init_grammar(
                 backend.vocab, gbnf.encode(), root.encode()
             )
         if not sampler:
             reason = said[0].strip().splitlines()[0] if said and said[0].strip() else ""
-            reason = reason.split("error parsing grammar: ")[-1] or recent_log()
+            reason = reason.split("error parsing grammar: ")[-1] or recent_log(since=mark)
             raise LocalspecError(
                 f"the grammar does not parse: {reason}",
                 "check the grammar text; see llama.cpp's grammars/README.md",
