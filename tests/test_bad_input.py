@@ -446,6 +446,13 @@ def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # ty
     assert stopped == full.split(" + ")[0]
 
 
+def test_an_empty_prompt_is_refused_before_the_model_loads(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert_refused(*outcome(capsys, ["run", MISSING, "-p", ""]), "-p: the prompt is empty")
+    assert_refused(*outcome(capsys, ["run", MISSING, "-f", str(empty)]), "the prompt is empty")
+
+
 def test_an_empty_grammar_file(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     empty = tmp_path / "empty.gbnf"
     empty.write_text("\n")

@@ -152,3 +152,14 @@ def test_run_says_when_the_context_filled(smollm_path: Path) -> None:
     short = run_cli("run", str(smollm_path), "-p", "Hi", "-n", "3", "--json", "--mode", "none")
     report = json.loads(short.stdout)
     assert report["finish_reason"] == "length" and report["context_full"] is False
+
+
+def test_run_reads_the_prompt_from_standard_input(smollm_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "localspec", "run", str(smollm_path), "-f", "-", "-n", "4"],
+        input="def fibonacci(n):",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "[ngram-simple] 4 tokens" in done.stderr, done.stderr

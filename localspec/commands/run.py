@@ -23,17 +23,25 @@ def read_prompt(args: argparse.Namespace) -> tuple[str, bool]:
     """The prompt text and whether to apply the chat template."""
     from localspec.prompts import default_prompt
 
+    chat = args.chat or bool(args.system)
     if args.file is not None:
         try:
-            return args.file.read_text(encoding="utf-8"), args.chat or bool(args.system)
+            text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise LocalspecError(
                 f"cannot read the prompt file {args.file}: {exc}",
-                "give a readable UTF-8 text file with -f",
+                "give a readable UTF-8 text file with -f (-f -: standard input)",
             ) from None
+        return _not_empty(text, f"-f {args.file}"), chat
     if args.prompt is not None:
-        return args.prompt, args.chat or bool(args.system)
+        return _not_empty(args.prompt, "-p"), chat
     return default_prompt().text, True  # the built-in prompt is an instruction: chat it
+
+
+def _not_empty(prompt: str, where: str) -> str:
+    if not prompt:
+        raise LocalspecError(f"{where}: the prompt is empty", "give some text to continue")
+    return prompt
 
 
 def read_grammar(args: argparse.Namespace) -> str | None:
@@ -209,7 +217,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_model_flags(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("-p", "--prompt", default=None, help="the prompt text")
-    src.add_argument("-f", "--file", type=Path, default=None, help="read the prompt from a file")
+    src.add_argument(
+        "-f", "--file", type=Path, default=None, help="read the prompt from a file (-: stdin)"
+    )
     p.add_argument(
         "--chat",
         action="store_true",
