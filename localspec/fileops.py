@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -91,9 +92,27 @@ def atomic_path(dest: Path) -> Iterator[Path]:
         ) from None
     try:
         yield tmp
+        os.chmod(tmp, _mode_for(dest))  # mkstemp's files are private (0600)
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _mode_for(dest: Path) -> int:
+    """The permissions of the file replaced, or of a new file (the umask applied)."""
+    try:
+        return stat.S_IMODE(dest.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)  # the only way to read it; read once, before any thread starts
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def _new_scratch_file(dest: Path) -> Path:

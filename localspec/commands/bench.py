@@ -167,7 +167,8 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
 def report(args, console, cells, ceiling, model, machine, partial) -> None:  # type: ignore[no-untyped-def]
     header = (
         f"localspec bench: {model}, {args.n_predict} tokens, {args.repeat} repeat(s), "
-        f"{platform.machine()} {platform.processor() or ''}, ceiling {ceiling:.2f}x, "
+        f"{' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+        f"ceiling {ceiling:.2f}x, "
         f"machine {'busy' if machine.busy else 'quiet'}"
         + (", interrupted: partial" if partial else "")
     )

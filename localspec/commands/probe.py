@@ -26,7 +26,7 @@ from localspec.hardware import MachineLoad, machine_load
 from localspec.measure import Budget, shown
 from localspec.pairing import MAX_USEFUL_SIZE_RATIO, draftless_modes
 from localspec.probe_results import WORTH_IT, ProbeConfig
-from localspec.progress import report_console
+from localspec.progress import plural, report_console
 from localspec.prompts import PromptCase, select_prompts
 from localspec.sources import resolve_model
 
@@ -211,7 +211,7 @@ def announce(m: probe.Measurement, ceiling: float, console: Console) -> None:
     console.print(
         f"  {m.config.label} on {m.prompt}: "
         f"{shown(v.measured, v.low, v.high, v.noisy, ceiling)}{predicted} "
-        f"(accept {100 * m.acceptance_rate:.0f}%, {v.n_pairs} run{'s' if v.n_pairs > 1 else ''})"
+        f"(accept {100 * m.acceptance_rate:.0f}%, {plural(v.n_pairs, 'run')})"
         + (f" [yellow]{'; '.join(v.reasons)}[/]" if v.noisy else ""),
         highlight=False,
     )
