@@ -221,7 +221,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     forget = getattr(args, "no_spec_memory", False)
     memory_file = getattr(args, "spec_memory", None)
     if isinstance(memory_file, str):
-        check_memory_path(memory_file, args.target, load_catalog())
+        command = getattr(args, "command", None) or "run"
+        check_memory_path(memory_file, args.target, load_catalog(), command)
     memory_mb = getattr(args, "spec_memory_mb", None)
     if forget and memory_mb is not None:
         raise LocalspecError(
@@ -255,7 +256,9 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def check_memory_path(path: str, target: str | None, catalog: Catalog) -> None:
+def check_memory_path(
+    path: str, target: str | None, catalog: Catalog, command: str = "run"
+) -> None:
     """--spec-memory takes an optional PATH, so a model written after it is taken for the
     path: refuse a path that names a model (the model would be overwritten or misread)."""
     if not path.strip():
@@ -265,7 +268,7 @@ def check_memory_path(path: str, target: str | None, catalog: Catalog) -> None:
     if path.endswith(".gguf") or path in catalog.models:
         raise LocalspecError(
             f"--spec-memory {path}: that is a model, not a memory file",
-            f"put the model before the flag (e.g. localspec serve {path} --spec-memory), or "
+            f"put the model before the flag (localspec {command} {path} --spec-memory), or "
             "name the memory file differently"
             if target is None
             else "name the memory file differently (a file named like a catalog model would "
