@@ -33,6 +33,7 @@ from localspec.measure import (
     judge,
     needs_more,
     predicted_speedup,
+    steady,
     unearned,
 )
 from localspec.modes import LOOKUP_MODES, parse_mode
@@ -63,12 +64,18 @@ class Measurement:
         return self.verdict.best
 
     @property
+    def _kept(self) -> Sequence[Pair]:
+        """The pairs the speedup was judged on: a pair set aside as unsteady (its plain runs
+        apart) does not move the rates shown beside it either."""
+        return steady(self.pairs) or self.pairs
+
+    @property
     def tokens_per_s(self) -> float:
-        return statistics.median(p.speculative for p in self.pairs)
+        return statistics.median(p.speculative for p in self._kept)
 
     @property
     def plain_tokens_per_s(self) -> float:
-        return statistics.median(p.plain for p in self.pairs)
+        return statistics.median(p.plain for p in self._kept)
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,16 @@ def fake(config: ProbeConfig, kind: str, speed: float) -> Measurement:
     return Measurement(config, f"p-{kind}", kind, pairs, judge(pairs, 10.0, None), 0.5, 2.0, (0.5,))
 
 
+def test_rates_shown_come_from_the_pairs_judged() -> None:
+    """A pair whose plain runs moved apart is set aside for the speedup, and for the tok/s
+    printed beside it: 34 tok/s over 32 beside a 0.86x speedup read as a contradiction."""
+    config = ProbeConfig("ngram-simple", 4)
+    pairs = (Pair(20.0, 17.0, 20.0), Pair(20.0, 17.4, 20.4), Pair(30.0, 60.0, 50.0))
+    m = Measurement(config, "p", "qa", pairs, judge(pairs, 10.0, None), 0.5, 2.0, (0.5,))
+    assert m.tokens_per_s == pytest.approx(17.2) and m.plain_tokens_per_s == pytest.approx(20.1)
+    assert m.speedup == pytest.approx(m.tokens_per_s / m.plain_tokens_per_s, rel=0.01)
+
+
 def test_rank_uses_geometric_means_and_recommends_honestly() -> None:
     ngram, draft = ProbeConfig("ngram-simple", 8), ProbeConfig("draft-model", 4, "/m/d.gguf")
     ms = [
