@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
 from localspec.lossless import compare
-from localspec.measure import CEILING_SLACK, shown, unearned
+from localspec.measure import CEILING_SLACK, shown, undrafted, unearned
 from localspec.prompts import PromptCase
 
 
@@ -56,6 +56,7 @@ class Cell:
     exact_match: str | None
     native_tokens_per_s: float | None = None
     native_drafted: int | None = None  # tokens the native tool drafted over the cell's runs
+    drafted: int = 0  # tokens drafted and verified over the cell's runs
     noise: tuple[str, ...] = ()  # why the cell's figure cannot be trusted (empty: it can)
 
     @property
@@ -191,6 +192,7 @@ def summarise(runs: Sequence[Run]) -> list[Cell]:
                 acceptance_per_position=mean_positions([r.acceptance_per_position for r in rs]),
                 draft_share=sum(r.draft_ms for r in rs) / busy if busy else 0.0,
                 exact_match=exact_match(rs, plain) if temp == 0 else None,
+                drafted=drafted,
             )
         )
     return cells
@@ -208,6 +210,8 @@ def flag_noise(cells: Sequence[Cell], ceiling: float) -> list[Cell]:
             reason = f"median {c.speedup_median:.2f}x above this machine's {ceiling:.2f}x ceiling"
             c = replace(c, noise=(*c.noise, reason))
         if why := unearned(c.speedup_median, c.acceptance_rate > 0):
+            c = replace(c, noise=(*c.noise, why))
+        if why := undrafted(c.speedup_median, c.mode, c.drafted > 0):
             c = replace(c, noise=(*c.noise, why))
         flagged.append(c)
     return flagged

@@ -34,11 +34,14 @@ import numpy as np
 
 from localspec.engine.costs import VerifyCost
 from localspec.engine.stats import Stats
+from localspec.modes import LOOKUP_MODES, parse_mode
 
 PLAIN_DRIFT = 0.15  # plain tok/s before vs after a speculative run: beyond this, the pair is void
 MIN_PAIRS = 2
 TIGHT_SPREAD = 0.10  # ratios within this of one another agree
 CEILING_SLACK = 1.10  # the ceiling itself is measured: allow it this much
+# a lookup mode that drafted nothing, measured further than this from 1.0x: the machine drifted
+UNDRAFTED_TOLERANCE = 0.05
 # measured vs predicted, relative: beyond this the cell is re-measured, and noisy if it stays
 # so (predictions were within 2-8% of quiet measurements on this CPU, see docs/benchmarks)
 DISAGREEMENT = 0.25
@@ -172,6 +175,16 @@ def unearned(measured: float, any_accepted: bool) -> str | None:
     token then costs at least a plain step): None when it is not."""
     if not any_accepted and measured > CEILING_SLACK:
         return f"measured {measured:.2f}x with no drafted token accepted"
+    return None
+
+
+def undrafted(measured: float, mode: str, any_drafted: bool) -> str | None:
+    """Why a figure is noise when a lookup mode drafted nothing: it ran plain decoding's
+    steps (a lookup costs microseconds), so a figure away from 1.0x is the machine's drift,
+    not the mode's cost. None when it is not."""
+    lookups = all(m in LOOKUP_MODES for m in parse_mode(mode))
+    if lookups and not any_drafted and abs(measured - 1) > UNDRAFTED_TOLERANCE:
+        return f"nothing drafted (plain decoding's steps) yet {measured:.2f}x"
     return None
 
 

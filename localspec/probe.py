@@ -34,6 +34,7 @@ from localspec.measure import (
     needs_more,
     predicted_speedup,
     steady,
+    undrafted,
     unearned,
 )
 from localspec.modes import LOOKUP_MODES, parse_mode
@@ -196,6 +197,8 @@ def cell(
     first = runs[0]
     verdict = judge(pairs, ceiling, predicted)
     if why := unearned(verdict.measured, any(s.accepted for s in runs)):
+        verdict = replace(verdict, reasons=(*verdict.reasons, why))
+    if why := undrafted(verdict.measured, config.mode, any(s.drafted for s in runs)):
         verdict = replace(verdict, reasons=(*verdict.reasons, why))
     return Measurement(
         config,

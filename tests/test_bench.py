@@ -199,6 +199,25 @@ def test_a_speedup_with_nothing_accepted_is_noise() -> None:
     assert not next(c for c in kept if c.mode == "ngram-simple").noisy
 
 
+def test_a_lookup_that_drafted_nothing_ran_plain_steps() -> None:
+    """0.82x with nothing drafted is not the mode's cost ("slower than plain everywhere"):
+    it ran plain decoding's steps, and the machine's speed moved."""
+    from localspec.bench import Run, flag_noise, meaning, summarise
+
+    def run(mode: str, tps: float, drafted: int) -> Run:
+        ms = 1000 * 10 / tps
+        return Run(mode, "p", "qa", 0.0, 0, 10, ms, tps, drafted, 0, 1.0, (), 0.0, 9.0)
+
+    cells = flag_noise(summarise([run("none", 10.0, 0), run("ngram-simple", 8.2, 0)]), 3.0)
+    spec = next(c for c in cells if c.mode == "ngram-simple")
+    assert spec.noise == ("nothing drafted (plain decoding's steps) yet 0.82x",)
+    assert meaning("ngram-simple", cells, 3.0) == ""
+    same = flag_noise(summarise([run("none", 10.0, 0), run("ngram-simple", 9.8, 0)]), 3.0)
+    assert not next(c for c in same if c.mode == "ngram-simple").noisy  # within 5%: as plain
+    drafted = flag_noise(summarise([run("none", 10.0, 0), run("ngram-simple", 8.2, 6)]), 3.0)
+    assert not next(c for c in drafted if c.mode == "ngram-simple").noisy  # a real cost
+
+
 def test_mode_order_rotates_with_the_repeat() -> None:
     """Scheduling only (a recording stand-in for the engine): each mode, plain included,
     takes each place in the order once over as many repeats as there are modes."""
