@@ -34,7 +34,13 @@ from localspec.engine.adaptive import AdaptiveController, FixedLengthController
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.drafting import Drafter
 from localspec.engine.grammar import Grammar, GrammarState
-from localspec.engine.loop import DraftControl, RoundEvent, SpecConfig, SpeculativeLoop
+from localspec.engine.loop import (
+    DraftControl,
+    RoundEvent,
+    SpecConfig,
+    SpeculativeLoop,
+    TokenLogprob,
+)
 from localspec.engine.model_context import (
     FLASH_ATTN_CHOICES,
     ContextOptions,
@@ -43,6 +49,7 @@ from localspec.engine.model_context import (
 )
 from localspec.engine.mtp import MtpContext, check_nextn
 from localspec.engine.prompting import Message, build_prompt
+from localspec.engine.scoring import score_tokens
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
@@ -618,6 +625,27 @@ class Engine:
         self.mtp.active = on
         if on and self.mtp.synced < self.target.n_past:
             self.target.trim(self.mtp.synced)
+
+    def score(self, text: str, top: int = 0) -> list[tuple[int, TokenLogprob | None]]:
+        """Each token of ``text`` (tokenized as a raw prompt, without the BOS token the
+        tokenizer may add) with its log-probability under the target given the text before it,
+        and the ``top`` most likely tokens there (None for the first token of the model's
+        input). What a completions request with ``echo`` and ``logprobs`` returns for its
+        prompt, and what evaluation harnesses use to score a continuation."""
+        checks.text("text", text, none_ok=False)
+        checks.integer("top", top, low=0)
+        if not text:
+            raise LocalspecError("the text to score is empty", "give some text")
+        tokens = self.tokenize_prompt(text)
+        bare = len(self.target.tokenize(text, add_special=False, parse_special=True))
+        [scored] = self._turns.run(self._score(tokens, top, len(tokens) - bare))
+        return scored
+
+    def _score(
+        self, tokens: list[int], top: int, skip: int
+    ) -> Iterator[list[tuple[int, TokenLogprob | None]]]:
+        scores = score_tokens(self.target, tokens, top)
+        yield list(zip(tokens, scores, strict=True))[skip:]
 
     def generate(
         self,

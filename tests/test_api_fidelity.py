@@ -152,11 +152,41 @@ def test_completions_prompt_list_echo_and_logprobs(client: openai.OpenAI) -> Non
     )
     choice = reply.choices[0]
     assert choice.text.startswith(prompt) and len(choice.text) > len(prompt)
-    assert len(choice.logprobs.tokens) == reply.usage.completion_tokens
-    assert choice.logprobs.text_offset[0] == len(prompt)
-    assert all(len(top) == 2 for top in choice.logprobs.top_logprobs)
+    lp = choice.logprobs  # the echoed prompt's tokens first, then the answer's
+    assert len(lp.tokens) == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert "".join(lp.tokens) == choice.text
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x <= 0 for x in lp.token_logprobs[1:])
+    assert lp.text_offset[0] == 0 and lp.text_offset[reply.usage.prompt_tokens] == len(prompt)
+    assert all(len(top) == 2 for top in lp.top_logprobs[1:])
     with pytest.raises(openai.BadRequestError, match="one prompt per request"):
         client.completions.create(model="local", prompt=["a", "b"], max_tokens=2)
+
+
+def test_echo_with_no_new_token_scores_a_text(client: openai.OpenAI, engine: Engine) -> None:
+    """How evaluation harnesses (lm-eval's loglikelihood) ask a server which continuation the
+    model finds likelier: echo, logprobs, max_tokens 0."""
+
+    def score(text: str) -> tuple[list[float], str]:
+        reply = client.completions.create(
+            model="local", prompt=text, max_tokens=0, echo=True, logprobs=1
+        )
+        choice = reply.choices[0]
+        assert choice.text == text and choice.finish_reason == "length"
+        assert reply.usage.completion_tokens == 0
+        assert "".join(choice.logprobs.tokens) == text
+        return choice.logprobs.token_logprobs, choice.logprobs.tokens[-1]
+
+    context = "The capital of France is"
+    n = len(score(context)[0])
+    right, last = score(context + " Paris")
+    wrong, _ = score(context + " Banana")
+    assert last == " Paris" and right[:n] == wrong[:n] and sum(right[n:]) > sum(wrong[n:])
+    assert [lp for _, lp in engine.score(context + " Paris")][-1][0] == right[-1]
+    bare = client.completions.create(model="local", prompt=context, max_tokens=0, echo=True)
+    assert bare.choices[0].text == context and bare.choices[0].logprobs is None
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be > 0"):
+        client.completions.create(model="local", prompt=context, max_tokens=0)
 
 
 def test_penalties_are_refused_not_ignored(client: openai.OpenAI) -> None:

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from localspec.api import Engine, validate_sampling
 from localspec.engine.grammar import schema_grammar
+from localspec.engine.loop import TokenLogprob
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, format_for
@@ -147,8 +148,10 @@ class Server:
         if req.n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
         limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        if req.token_limit is not None and req.token_limit <= 0:
-            raise ApiError(400, f"{limit} must be > 0", param=limit)
+        echoed = isinstance(req, CompletionRequest) and req.echo  # 0: the prompt alone
+        if req.token_limit is not None and req.token_limit < (0 if echoed else 1):
+            least = "0 (with echo)" if echoed else "0"
+            raise ApiError(400, f"{limit} must be > {least}", param=limit)
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(req, name):
                 raise ApiError(
@@ -263,9 +266,14 @@ class Server:
             memory_partition=partition,
             **constraints,
         )
-        return {"prompt": prompt, "settings": settings}
+        return {"prompt": prompt, "settings": settings, "n_prompt": n_prompt}
 
     async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream:
+        await self.take_turn(request)
+        return self.runner.generate(**args)
+
+    async def take_turn(self, request: Request) -> None:
+        """Wait for the engine in the queue (429 when it is full, 503 once stopping)."""
         try:
             await self.wait_turn(request)
         except QueueFull:
@@ -280,7 +288,20 @@ class Server:
         if self.runner.closing:  # queued when the server began to stop: not started
             self.runner.release()
             raise ApiError(503, ShuttingDown().message, "server_error")
-        return self.runner.generate(**args)
+
+    async def score_prompt(
+        self, request: Request, req: CompletionRequest | ChatRequest
+    ) -> list[tuple[int, TokenLogprob | None]] | None:
+        """``echo`` with ``logprobs``: the prompt's own tokens scored, in the engine's turn."""
+        if not (isinstance(req, CompletionRequest) and req.echo and req.logprobs is not None):
+            return None
+        await self.take_turn(request)
+        try:
+            return await asyncio.to_thread(self.engine.score, req.text, req.logprobs)
+        except LocalspecError as exc:
+            raise ApiError(400, exc.message, param="prompt") from None
+        finally:
+            self.runner.release()
 
     async def wait_turn(self, request: Request) -> None:
         """Queue for the engine, leaving the queue if the client goes away meanwhile."""
@@ -328,6 +349,10 @@ class Server:
             partition = self.check_caller(request)
             req = self.parse(model, await self.read_json(request))
             args = self.generation_args(req, partition)
+            n_prompt = args.pop("n_prompt")
+            scored = await self.score_prompt(request, req)
+            if req.token_limit == 0:  # echo alone: nothing to generate
+                return Reply(self, req, "none", endpoint, scored=scored).echoed(n_prompt)
             events = await self.start(request, args)
         except ApiError as exc:
             self.metrics.requests.labels(endpoint, str(exc.status)).inc()
@@ -335,7 +360,7 @@ class Server:
         settings: GenerationSettings = args["settings"]
         tools = settings.tools
         tool_format = for_tools(self.tool_format, tools) if tools else None
-        reply = Reply(self, req, str(settings.mode), endpoint, tool_format)
+        reply = Reply(self, req, str(settings.mode), endpoint, tool_format, scored)
         if req.stream:
             return StreamingResponse(reply.sse(events), media_type="text/event-stream")
         return await reply.whole(request, events)

@@ -31,6 +31,7 @@ from localspec.server.tool_stream import ToolCallStream, call_deltas
 
 log = logging.getLogger("localspec.server")
 DISCONNECT_POLL_S = 0.2
+COMPLETION_LOGPROBS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 
 
 class ReplyHost(Protocol):
@@ -52,10 +53,14 @@ class Reply:
         mode: str,
         endpoint: str,
         tool_format: ToolFormat | None = None,
+        scored: list[tuple[int, TokenLogprob | None]] | None = None,
     ) -> None:
-        """``tool_format``: how the model writes tool calls, when it was shown tools."""
+        """``tool_format``: how the model writes tool calls, when it was shown tools.
+        ``scored``: the echoed prompt's tokens with their log-probabilities (``echo`` with
+        ``logprobs``)."""
         self.server, self.req, self.mode, self.endpoint = server, req, mode, endpoint
         self.tool_format = tool_format
+        self.prompt_logprobs = self.prompt_part(scored) if scored is not None else None
         self.chat = isinstance(req, ChatRequest)
         self.rid = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.echo = req.text if isinstance(req, CompletionRequest) and req.echo else ""
@@ -79,6 +84,41 @@ class Reply:
             "top_logprobs": [self._token(i, v) for i, v in lp[1]],
         }
 
+    def prompt_part(self, scored: list[tuple[int, TokenLogprob | None]]) -> dict[str, Any]:
+        """The echoed prompt in the completions logprobs shape: the first token has no
+        log-probability (nothing comes before it), offsets count the prompt's characters."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        part: dict[str, list[Any]] = {k: [] for k in COMPLETION_LOGPROBS}
+        at = 0
+        for token, lp in scored:
+            raw = self.server.token_bytes(token)
+            part["tokens"].append(raw.decode("utf-8", errors="backslashreplace"))
+            part["token_logprobs"].append(None if lp is None else lp[0])
+            part["top_logprobs"].append(
+                None if lp is None else {self._token(i, v)["token"]: v for i, v in lp[1]}
+            )
+            part["text_offset"].append(at)
+            at += len(decoder.decode(raw))
+        return part
+
+    def echoed(self, n_prompt: int) -> Response:
+        """``max_tokens: 0`` with ``echo``: the prompt alone (scored, with ``logprobs``), as
+        evaluation harnesses ask for it."""
+        stats = Stats(n_prompt=n_prompt)
+        choice = {
+            "index": 0,
+            "text": self.echo,
+            "logprobs": self.prompt_logprobs,
+            "finish_reason": "length",
+        }
+        self.server.finished(self.endpoint, self.mode, stats, "length")
+        body = {
+            **self.server.envelope(self.chat, self.rid),
+            "choices": [choice],
+            **self.server.extras(stats, self.mode),
+        }
+        return JSONResponse(body)
+
     def logprobs(self, event: RoundEvent) -> dict[str, Any] | None:
         """This event's tokens in the endpoint's logprobs shape (None: not asked for)."""
         if not event.logprobs:
@@ -90,7 +130,7 @@ class Reply:
         for e in entries:
             offsets.append(self.offset)
             self.offset += len(self.decoder.decode(bytes(e["bytes"])))
-        return {
+        return {  # COMPLETION_LOGPROBS
             "tokens": [e["token"] for e in entries],
             "token_logprobs": [e["logprob"] for e in entries],
             "top_logprobs": [
@@ -109,7 +149,8 @@ class Reply:
 
     async def whole(self, request: Request, events: GenerationStream) -> Response:
         watcher = asyncio.create_task(stop_when_gone(request, events))
-        text, lps, last = [self.echo], [], None
+        text, last = [self.echo], None
+        lps = [self.prompt_logprobs] if self.prompt_logprobs is not None else []
         try:
             async for event in events:
                 text.append(event.text)
@@ -187,7 +228,7 @@ class Reply:
             if self.chat:
                 yield self.chunk({"role": "assistant", "content": ""})
             elif self.echo:
-                yield self.chunk(self.echo)
+                yield self.chunk(self.echo, self.prompt_logprobs)
             async for event in events:
                 last = event
                 done = event.finish_reason is not None
