@@ -27,7 +27,7 @@ def test_single_and_chained_modes() -> None:
 def test_bad_modes_are_refused(mode: str) -> None:
     with pytest.raises(LocalspecError) as err:
         parse_mode(mode)
-    assert "--mode" in err.value.message
+    assert "mode" in err.value.message and mode in err.value.message
 
 
 def test_resolve_mode_checks_the_draft_model() -> None:

@@ -150,8 +150,8 @@ class Server:
         limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         echoed = isinstance(req, CompletionRequest) and req.echo  # 0: the prompt alone
         if req.token_limit is not None and req.token_limit < (0 if echoed else 1):
-            least = "0 (with echo)" if echoed else "0"
-            raise ApiError(400, f"{limit} must be > {least}", param=limit)
+            least = ">= 0 (with echo)" if echoed else "> 0"
+            raise ApiError(400, f"{limit} must be {least}", param=limit)
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(req, name):
                 raise ApiError(
