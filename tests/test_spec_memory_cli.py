@@ -78,7 +78,7 @@ def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_pa
     assert "[suffix+ngram-simple]" in second.stdout + second.stderr
     line = next(x for x in second.stderr.splitlines() if x.strip().startswith("suffix: drafted"))
     assert int(line.split("drafted")[1].split(",")[0]) >= 32  # drafted from the first answer
-    assert "speculation memory: 1 earlier generations" in second.stderr
+    assert "speculation memory: 1 earlier generation from" in second.stderr
     memory.write_bytes(memory.read_bytes()[:300])  # a memory file cut short
     damaged = run_cli(*args)
     assert damaged.returncode == 0 and "is damaged" in damaged.stderr
