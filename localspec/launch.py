@@ -1,16 +1,20 @@
 """The ``localspec`` command's entry point. Loading the modules behind it (numpy, llama.cpp)
-takes most of a second: a Ctrl-C meanwhile is an interruption like any other, not a
-traceback."""
+takes most of a second, and Python's shutdown after the command runs clean-up callbacks: a
+Ctrl-C in either is an interruption like any other, not a traceback."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
 def main() -> int:
     try:
         from localspec.cli import main as run
+
+        code = run()
     except KeyboardInterrupt:
         print("\nlocalspec: interrupted", file=sys.stderr)
-        return 130
-    return run()
+        code = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: nothing left to stop
+    return code
