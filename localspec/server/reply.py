@@ -14,7 +14,7 @@ import codecs
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -88,8 +88,15 @@ class Reply:
         """The echoed prompt in the completions logprobs shape: the first token has no
         log-probability (nothing comes before it), offsets count the prompt's characters."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return self._completion_part(scored, decoder, 0)[0]
+
+    def _completion_part(
+        self, scored: Iterable[tuple[int, TokenLogprob | None]], decoder: Any, at: int
+    ) -> tuple[dict[str, Any], int]:
+        """Tokens in the completions logprobs shape, their ``text_offset`` counted from
+        ``at`` in characters (``decoder`` carries a character split across tokens); and the
+        offset after them."""
         part: dict[str, list[Any]] = {k: [] for k in COMPLETION_LOGPROBS}
-        at = 0
         for token, lp in scored:
             raw = self.server.token_bytes(token)
             part["tokens"].append(raw.decode("utf-8", errors="backslashreplace"))
@@ -99,7 +106,7 @@ class Reply:
             )
             part["text_offset"].append(at)
             at += len(decoder.decode(raw))
-        return part
+        return part, at
 
     def echoed(self, n_prompt: int) -> Response:
         """``max_tokens: 0`` with ``echo``: the prompt alone (scored, with ``logprobs``), as
@@ -123,21 +130,11 @@ class Reply:
         """This event's tokens in the endpoint's logprobs shape (None: not asked for)."""
         if not event.logprobs:
             return None
-        entries = [self._entry(t, lp) for t, lp in zip(event.tokens, event.logprobs, strict=False)]
+        scored = list(zip(event.tokens, event.logprobs, strict=False))
         if self.chat:
-            return {"content": entries}
-        offsets = []
-        for e in entries:
-            offsets.append(self.offset)
-            self.offset += len(self.decoder.decode(bytes(e["bytes"])))
-        return {  # COMPLETION_LOGPROBS
-            "tokens": [e["token"] for e in entries],
-            "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [
-                {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
-            ],
-            "text_offset": offsets,
-        }
+            return {"content": [self._entry(t, lp) for t, lp in scored]}
+        part, self.offset = self._completion_part(scored, self.decoder, self.offset)
+        return part
 
     @staticmethod
     def merged(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
