@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -56,10 +58,22 @@ async def test_answer_streams_and_stats_show_speculation(smollm_path: Path) -> N
         assert app.chat.session.turns[-1]["role"] == "assistant"
 
 
+def bottom_line(app: ChatApp) -> str:
+    """The screen's last row as text (from Textual's own screenshot)."""
+    svg = app.export_screenshot()
+    rows: dict[float, list[str]] = {}
+    for y, text in re.findall(r'<text[^>]*y="([\d.]+)"[^>]*>(.*?)</text>', svg):
+        rows.setdefault(float(y), []).append(html.unescape(re.sub("<[^>]+>", "", text)))
+    return "".join(rows[max(rows)]).replace("\xa0", " ")
+
+
 async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=600)
     async with app.run_test(size=(80, 24)) as pilot:
         await ready(app, pilot)
+        footer = bottom_line(app)  # an 80x24 terminal shows every key's label whole
+        for label in ("esc stop", "save", "load", "copy", "colours", "f1 help", "palette"):
+            assert label in footer, footer
         await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
         while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
             await pilot.pause(0.02)

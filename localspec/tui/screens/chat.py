@@ -51,7 +51,7 @@ STOP_WAIT_S = 60.0  # a generation stops after its round: seconds at most, even 
 class ChatScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "stop", "stop"),
-        Binding("ctrl+n", "new_chat", "new chat"),
+        Binding("ctrl+n", "new_chat", "new"),
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+o", "load", "load"),
         Binding("ctrl+y", "copy_answer", "copy"),
