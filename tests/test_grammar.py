@@ -250,3 +250,37 @@ def test_strings_under_a_schema_are_json_strings(qwen: Engine) -> None:
         assert "\n" not in result.text.strip(), result.text
         if result.finish_reason == "stop":  # whole: valid JSON
             json.loads(result.text)
+
+
+def _accepted(engine: Engine, schema: dict, text: str) -> bool:
+    """Whether the schema's grammar takes the whole text (as a prefix, token by token)."""
+    grammar = Grammar(engine.target, schema_grammar(schema))
+    state = grammar.start()
+    tokens = engine.target.tokenize(text, add_special=False, parse_special=False)
+    try:
+        return state.valid_prefix(tokens) == len(tokens)
+    finally:
+        state.close()
+        grammar.close()
+
+
+def test_required_keys_are_written_even_when_properties_omit_them(qwen: Engine) -> None:
+    """llama.cpp's converter writes only the listed properties: a required key left out of
+    them could never be written, and every answer would fail the caller's own schema."""
+    aged = {
+        "type": "object",
+        "properties": {"age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    assert _accepted(qwen, aged, '{"age": 3, "name": ["any", 1]}')
+    assert not _accepted(qwen, aged, '{"age": 3}')
+    named = {"type": "object", "required": ["name"]}  # no properties: others stay allowed
+    assert _accepted(qwen, named, '{"name": 1, "other": true}')
+    assert not _accepted(qwen, named, '{"other"')
+    untyped = {"type": "object", "properties": {"x": {}, "y": {"description": "anything"}}}
+    assert _accepted(qwen, {**untyped, "required": ["x", "y"]}, '{"x": [1, 2], "y": "s"}')
+    closed = {**aged, "additionalProperties": False}
+    with pytest.raises(LocalspecError, match="'name' is required, but not among"):
+        schema_grammar(closed)
+    result = qwen.generate(EXTRACT, max_tokens=48, grammar=schema_grammar(aged))
+    assert set(json.loads(result.text)) == {"age", "name"}

@@ -85,6 +85,8 @@ def unsatisfiable(schema: Any, where: str = "the schema") -> str | None:
             return f"at {where}: {low} {a} and {high} {b} leave nothing"
     if schema.get("enum") == []:
         return f"at {where}: an empty enum"
+    if (key := _closed_out(schema)) is not None:
+        return f"at {where}: {key!r} is required, but not among the properties allowed"
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
         try:
@@ -97,6 +99,15 @@ def unsatisfiable(schema: Any, where: str = "the schema") -> str | None:
         if (found := unsatisfiable(value, f"{where}.{key}")) is not None:
             return found
     return None
+
+
+def _closed_out(schema: dict[str, Any]) -> str | None:
+    """A required key that ``additionalProperties: false`` and the properties forbid."""
+    if schema.get("additionalProperties") is not False:
+        return None
+    listed = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    return next((k for k in required if isinstance(k, str) and k not in listed), None)
 
 
 def _number(value: Any) -> bool:

@@ -1,8 +1,10 @@
 """Where llama-cpp-python's JSON-schema converter (the Python port of llama.cpp's) falls short
 of llama.cpp's own C++ converter, which llama-server uses: integer bounds (``minimum``,
-``maximum`` and their exclusive forms), which the port leaves out, and the characters of a
-string, where the port lets control characters through (a raw newline: invalid JSON). The
-schema's other keywords still go through the port; ``JsonSchemaConverter`` adds these.
+``maximum`` and their exclusive forms), which the port leaves out, the characters of a
+string, where the port lets control characters through (a raw newline: invalid JSON), and an
+untyped schema without shape (``{}``, ``{"description": ...}``), any value for the C++
+converter. The schema's other keywords still go through the port; ``JsonSchemaConverter``
+adds these. Beyond both converters: a required key missing from ``properties`` is listed.
 
 A range of integers is the numbers of each digit count it spans; numbers of one digit count
 between two bounds are written digit by digit: the lower bound's first digit followed by
@@ -16,9 +18,14 @@ import json
 import math
 from typing import Any
 
-from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+from llama_cpp.llama_grammar import PRIMITIVE_RULES, RESERVED_NAMES, SchemaConverter
 
 BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# what gives an untyped schema a shape; without any of them it allows any JSON value
+SHAPING_KEYS = (
+    "$ref", "oneOf", "anyOf", "allOf", "const", "enum", "properties", "items", "prefixItems",
+    "pattern", "minLength", "maxLength", "format",
+)  # fmt: skip
 # JSON's string characters: no quote, backslash or control character unescaped
 JSON_CHAR = (
     r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] '
@@ -99,17 +106,61 @@ class JsonSchemaConverter(SchemaConverter):  # type: ignore[misc]
         return super()._add_rule(name, JSON_CHAR if name == "char" else rule)
 
     def visit(self, schema: dict[str, Any], name: str) -> str:
+        rule = name + "-" if name in RESERVED_NAMES else name or "root"
         if schema.get("type") == "integer" and any(k in schema for k in BOUND_KEYS):
             lo, hi = integer_bounds(schema)
-            rule = name + "-" if name in RESERVED_NAMES else name or "root"
             return self._add_rule(rule, f"({integer_range(lo, hi)}) space")
+        if any_value(schema):
+            return self._add_rule(rule, self._add_primitive("value", PRIMITIVE_RULES["value"]))
         return super().visit(schema, name)
+
+
+def any_value(schema: dict[str, Any]) -> bool:
+    """``{}`` or ``{"description": ...}``: any JSON value, as the C++ converter reads it (the
+    port takes ``{}`` for an object and refuses the second)."""
+    additional = schema.get("additionalProperties", True)
+    return (
+        "type" not in schema and additional is True and not any(k in schema for k in SHAPING_KEYS)
+    )
+
+
+VALUE_KEYWORDS = ("enum", "const", "examples", "default")  # their values are not schemas
+
+
+def with_required_properties(schema: Any) -> Any:
+    """The schema with each required key that ``properties`` does not list added to it (any
+    value, or ``additionalProperties``' schema). The converter writes only the listed
+    properties, so a required key missing from them would never be written: every answer
+    would fail the caller's own schema."""
+    if isinstance(schema, list):
+        return [with_required_properties(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: value if key in VALUE_KEYWORDS else with_required_properties(value)
+        for key, value in schema.items()
+    }
+    required = out.get("required")
+    extra = out.get("additionalProperties")
+    if not isinstance(required, list) or extra is False:
+        return out
+    listed = dict(out.get("properties") or {})
+    missing = [k for k in required if isinstance(k, str) and k not in listed]
+    if not missing:
+        return out
+    if "properties" not in out and extra is None:
+        out["additionalProperties"] = True  # no properties listed: any others stay allowed
+    for key in missing:
+        listed[key] = extra if isinstance(extra, dict) else {}
+    out["properties"] = listed
+    return out
 
 
 def schema_to_gbnf(schema: dict[str, Any]) -> str:
     converter = JsonSchemaConverter(
         prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
     )
-    resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
+    schema = with_required_properties(json.loads(json.dumps(schema)))  # a deep copy
+    resolved = converter.resolve_refs(schema, "stdin")
     converter.visit(resolved, "")
     return converter.format_grammar()
