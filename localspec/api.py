@@ -57,6 +57,7 @@ from localspec.engine.turns import EngineTurns
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
 from localspec.fileops import check_output_path
+from localspec.interrupts import interrupts_kept
 from localspec.memory_bank import (
     DEFAULT_MEMORY_MB,
     DEFAULT_PARTITION,
@@ -235,6 +236,7 @@ class Engine:
             return self._draft_step
 
     @classmethod
+    @interrupts_kept()  # a script's Ctrl-C during the load stops it (see interrupts.py)
     def load(
         cls,
         target: str | os.PathLike[str],

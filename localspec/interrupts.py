@@ -12,9 +12,10 @@ raises KeyboardInterrupt as usual. No heavy import here: the CLI installs the ha
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import Any, TypeVar
 
@@ -62,11 +63,31 @@ def on_sigint(_signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def install_interrupt_handler() -> None:
-    """For the command line, where Ctrl-C is handled as usual: a program started with
-    SIGINT ignored (nohup, a background job of a non-interactive shell) keeps ignoring it."""
-    if (
+def _python_handles_ctrl_c() -> bool:
+    """Python's own handler is in place (a program started with SIGINT ignored, nohup or a
+    background job of a non-interactive shell, keeps ignoring it; a program's own handler is
+    its own)."""
+    return (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    ):
+    )
+
+
+def install_interrupt_handler() -> None:
+    """For the command line, where Ctrl-C is handled as usual."""
+    if _python_handles_ctrl_c():
         signal.signal(signal.SIGINT, on_sigint)
+
+
+@contextlib.contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """For the Python API: ``on_sigint`` while a block that calls into llama.cpp runs (a
+    model load), then Python's handler again, so a script's Ctrl-C during a load stops it."""
+    if not _python_handles_ctrl_c():
+        yield
+        return
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -52,6 +52,46 @@ def test_ctrl_c_while_llama_cpp_loads_and_logs(qwen_f16_path: Path) -> None:
     assert "localspec: interrupted" in out
 
 
+LOAD_SCRIPT = """
+import sys, time
+from localspec import Engine
+print("loading", flush=True)
+try:
+    engine = Engine.load(sys.argv[1], mode="none")
+except KeyboardInterrupt:
+    print("stopped during the load", flush=True)
+    sys.exit(3)
+try:
+    time.sleep(20)
+except KeyboardInterrupt:
+    print("stopped after the load", flush=True)
+    sys.exit(4)
+"""
+
+
+def test_ctrl_c_while_a_script_loads_a_model_stops_the_load(qwen_f16_path: Path) -> None:
+    """The Python API: llama.cpp calls back into Python while it loads (log lines, progress),
+    and an interrupt raised in a callback would be printed and dropped by ctypes, the load
+    and the script going on as if no Ctrl-C had come."""
+    outcomes = []
+    for delay in (0.1, 0.3, 0.5, 0.7, 0.9, 1.2):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LOAD_SCRIPT, str(qwen_f16_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_sigint,
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "loading\n"
+        time.sleep(delay)
+        code, out, seconds = interrupt(proc)
+        assert code in (3, 4) and "Exception ignored" not in out, (delay, out[-2000:])
+        assert seconds < 5
+        outcomes.append(code)
+    assert 3 in outcomes, outcomes  # some landed during the load
+
+
 def test_ctrl_c_during_a_derivation_stops_it_and_leaves_no_file(derived_env) -> None:  # type: ignore[no-untyped-def]
     proc = start("pull", "smol-q8", env=derived_env)
     folder = derived_dir(derived_env)
