@@ -52,4 +52,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    public = {name for name in globals() if name.startswith("__") or name in __all__}
+    return sorted(public | {*__all__, "__version__"})

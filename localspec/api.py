@@ -99,7 +99,7 @@ def resolve_mode(mode: str | None, has_draft: bool, suffix_first: bool = False) 
         if has_draft:
             raise LocalspecError(
                 "--mode auto chooses the draft itself (from `localspec probe --save`)",
-                "drop -md/--model-draft, or pick a mode",
+                "drop the draft model (-md/--model-draft, draft=), or pick a mode",
             )
         return mode
     mode = canonical(mode)
@@ -107,12 +107,12 @@ def resolve_mode(mode: str | None, has_draft: bool, suffix_first: bool = False) 
     if uses_draft_model and not has_draft:
         raise LocalspecError(
             f"--mode {mode} needs a draft model",
-            "give one with -md/--model-draft, or use --mode ngram-simple or draft-self",
+            "give one (-md/--model-draft, draft=), or use the mode ngram-simple or draft-self",
         )
     if not uses_draft_model and has_draft:
         raise LocalspecError(
             f"a draft model was given but --mode is {mode}, which does not use one",
-            "drop -md/--model-draft, or use --mode draft-model",
+            "drop the draft model (-md/--model-draft, draft=), or use the mode draft-model",
         )
     return mode
 
@@ -172,7 +172,7 @@ def load_memories(
 def check_memory_file(path: Path) -> None:
     """Refuse a memory path that cannot be written, or a file that is not a memory file,
     before the models load."""
-    check_output_path(path, "--spec-memory")
+    check_output_path(path, "--spec-memory (spec_memory_path)")
     if path.exists():
         refuse_foreign_file(path)
 
@@ -533,10 +533,8 @@ class Engine:
         checks.flag("record_margins", record_margins)
         checks.optional_callable("cancelled", cancelled)
         base = checks.settings(settings) if settings is not None else GenerationSettings()
-        try:
-            s = checks.settings(base.but(**changes))
-        except TypeError as exc:
-            raise LocalspecError(f"unknown generation setting: {exc}") from None
+        checks.setting_names(changes)
+        s = checks.settings(base.but(**changes))
         generation = self._stream(prompt, s, chat, system, record_margins)
         yield from self._turns.run(self._cancellable(generation, cancelled))
 
@@ -691,7 +689,7 @@ def threads_now() -> int:
     if threads < default_threads():
         status(
             f"threads: {threads} of {default_threads()} cores (other processes keep "
-            f"{100 * load.others_share:.0f}% of the machine busy; -t sets it)"
+            f"{100 * load.others_share:.0f}% of the machine busy; -t or n_threads sets it)"
         )
     return threads
 
@@ -702,16 +700,18 @@ def validate_sampling(
     """Check the sampling settings (nan and inf included: every comparison with nan is
     false) and turn seed -1 into a random seed."""
     if not math.isfinite(temperature) or temperature < 0:
-        raise LocalspecError(f"--temp must be a number >= 0 (got {temperature})", "0 means greedy")
+        raise LocalspecError(
+            f"temperature must be a number >= 0 (got {temperature})", "0 means greedy"
+        )
     if top_k < 0:
-        raise LocalspecError(f"--top-k must be >= 0 (got {top_k})", "0 turns it off")
+        raise LocalspecError(f"top_k must be >= 0 (got {top_k})", "0 turns it off")
     if not 0.0 < top_p <= 1.0:
-        raise LocalspecError(f"--top-p must be within (0, 1] (got {top_p})", "1 turns it off")
+        raise LocalspecError(f"top_p must be within (0, 1] (got {top_p})", "1 turns it off")
     if not 0.0 <= min_p <= 1.0:
-        raise LocalspecError(f"--min-p must be within [0, 1] (got {min_p})", "0 turns it off")
+        raise LocalspecError(f"min_p must be within [0, 1] (got {min_p})", "0 turns it off")
     if seed is not None and not RANDOM_SEED <= seed <= MAX_SEED:
         raise LocalspecError(
-            f"--seed must be between 0 and 2^64-1, or -1 for a random seed (got {seed})"
+            f"seed must be between 0 and 2^64-1, or -1 for a random seed (got {seed})"
         )
     return SamplingParams(temperature, top_k, top_p, min_p, None if seed == RANDOM_SEED else seed)
 

@@ -7,9 +7,10 @@ reach the same checks through ``Engine``, so these are also the last line for th
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import fields, replace
 
 from localspec.argtypes import MIN_CONTEXT
 from localspec.drafters.ngram import NgramParams
@@ -60,6 +61,18 @@ def stop_strings(value: object) -> tuple[str, ...]:
             'e.g. stop=["\\n\\n"]',
         )
     return tuple(value)
+
+
+def setting_names(names: Iterable[str]) -> None:
+    """Keyword settings of a generation: each a field of ``GenerationSettings``."""
+    known = [f.name for f in fields(GenerationSettings)]
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise LocalspecError(
+                f"unknown generation setting {name!r}",
+                f"did you mean {close[0]}?" if close else f"the settings: {', '.join(known)}",
+            )
 
 
 def settings(value: object) -> GenerationSettings:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from localspec.cli import main
+from localspec.engine.loop import SpecConfig
 
 MISSING = "/nonexistent/model.gguf"
 
@@ -425,6 +426,12 @@ WRONG_GENERATION_ARGUMENTS = [
     ({"prompt": ["hi"]}, "chat message #1 is not a dict"),
     ({"prompt": []}, "the chat has no messages"),
     ({"prompt": [{"role": "wizard", "content": "hi"}]}, "has the role 'wizard'"),
+    # the Python names, not the command line's flags
+    ({"temperature": -1.0}, "temperature must be a number >= 0"),
+    ({"top_p": 2.0}, "top_p must be within (0, 1]"),
+    ({"seed": 2**70}, "seed must be between 0 and 2^64-1"),
+    ({"spec": SpecConfig(n_max=0)}, "n_max (--spec-draft-n-max) must be >= 1"),
+    ({"temprature": 0.5}, "unknown generation setting 'temprature'"),
 ]
 
 
@@ -436,8 +443,12 @@ def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # ty
     before = qwen.generate("def add(a, b):", max_tokens=6, mode="none").tokens
     for arguments, expected in WRONG_GENERATION_ARGUMENTS:
         kwargs = {"prompt": "def add(a, b):", "max_tokens": 6, **arguments}
-        with pytest.raises(LocalspecError, match=re.escape(expected)):
+        with pytest.raises(LocalspecError, match=re.escape(expected)) as refused:
             qwen.generate(**kwargs)
+        assert "--temp " not in str(refused.value) and "--top-p" not in str(refused.value)
+    with pytest.raises(LocalspecError) as misspelt:
+        qwen.generate("x", max_tokens=2, temprature=0.5)
+    assert misspelt.value.hint == "did you mean temperature?"
     assert qwen.generate("def add(a, b):", max_tokens=6, mode="none").tokens == before
     # a string is one stop string, as in OpenAI's API (not one per character)
     full = qwen.generate("def add(a, b):", max_tokens=16, mode="none").text

@@ -172,6 +172,17 @@ def test_bad_grammars_are_refused_with_a_reason(qwen: Engine, capfd) -> None:  #
     )
     with pytest.raises(LocalspecError, match="JSON schema"):
         schema_grammar({"type": "objec"})
+    with pytest.raises(LocalspecError, match=r"a JSON schema is a JSON object \(got str\)"):
+        schema_grammar("notadict")  # type: ignore[arg-type]
+    dangling = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}
+    with pytest.raises(LocalspecError) as refused:
+        schema_grammar(dangling)
+    assert refused.value.message.endswith(
+        "at the schema.properties.a: $ref '#/$defs/missing' points to nothing in the schema"
+    )
+    with pytest.raises(LocalspecError, match="is not within the schema"):
+        schema_grammar({"$ref": "https://example.com/person.json"})
+    assert schema_grammar({"$ref": "#/$defs/n", "$defs": {"n": {"type": "integer"}}})
 
 
 @pytest.mark.parametrize(

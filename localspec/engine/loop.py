@@ -54,22 +54,24 @@ class SpecConfig:
         """``max_batch``: the target's batch size; a draft is verified in one batch together
         with the last accepted token, so it holds at most ``max_batch - 1`` tokens."""
         if self.n_max < 1:
-            raise LocalspecError(f"--spec-draft-n-max must be >= 1 (got {self.n_max})")
+            raise LocalspecError(f"n_max (--spec-draft-n-max) must be >= 1 (got {self.n_max})")
         if self.n_max >= max_batch:
             raise LocalspecError(
-                f"--spec-draft-n-max {self.n_max} is more than one verification batch holds: "
-                f"at most {max_batch - 1} drafted tokens (a batch of {max_batch} tokens, one of "
-                "them the last accepted token)",
-                f"use --spec-draft-n-max {max_batch - 1} or less (16-48 is usual)",
+                f"n_max (--spec-draft-n-max) {self.n_max} is more than one verification batch "
+                f"holds: at most {max_batch - 1} drafted tokens (a batch of {max_batch} tokens, "
+                "one of them the last accepted token)",
+                f"use {max_batch - 1} or less (16-48 is usual)",
             )
         if not 0 <= self.n_min <= self.n_max:
             raise LocalspecError(
-                f"--spec-draft-n-min ({self.n_min}) must be between 0 and "
-                f"--spec-draft-n-max ({self.n_max})",
+                f"n_min (--spec-draft-n-min, {self.n_min}) must be between 0 and n_max "
+                f"({self.n_max})",
                 "lower n-min or raise n-max",
             )
         if not 0.0 <= self.p_min <= 1.0:
-            raise LocalspecError(f"--spec-draft-p-min must be within [0, 1] (got {self.p_min})")
+            raise LocalspecError(
+                f"p_min (--spec-draft-p-min) must be within [0, 1] (got {self.p_min})"
+            )
 
 
 class DraftControl(Protocol):

@@ -156,6 +156,28 @@ def with_required_properties(schema: Any) -> Any:
     return out
 
 
+def reference_problem(schema: Any, root: Any = None, where: str = "the schema") -> str | None:
+    """A ``$ref`` the converter cannot follow (outside the schema, or to nothing in it)."""
+    root = schema if root is None else root
+    if isinstance(schema, list):
+        items = ((f"{where}[{i}]", item) for i, item in enumerate(schema))
+    elif isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if ref is not None:
+            if not isinstance(ref, str) or not ref.startswith("#"):
+                return f"at {where}: $ref {ref!r} is not within the schema (only '#/...' is)"
+            target: Any = root
+            for part in filter(None, ref[1:].split("/")):
+                key = part.replace("~1", "/").replace("~0", "~")
+                if not isinstance(target, dict) or key not in target:
+                    return f"at {where}: $ref {ref!r} points to nothing in the schema"
+                target = target[key]
+        items = ((f"{where}.{k}", v) for k, v in schema.items() if k not in VALUE_KEYWORDS)
+    else:
+        return None
+    return next((p for w, v in items if (p := reference_problem(v, root, w)) is not None), None)
+
+
 def schema_to_gbnf(schema: dict[str, Any]) -> str:
     converter = JsonSchemaConverter(
         prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
