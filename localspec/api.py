@@ -287,7 +287,8 @@ class Engine:
         elif n_threads > (os.cpu_count() or 1):
             status(
                 f"{n_threads} threads on {os.cpu_count()} logical cores: llama.cpp's threads "
-                "wait for one another, decoding will be far slower than with fewer"
+                "wait for one another, decoding will be far slower than with fewer",
+                True,
             )
         if mode == "auto":
             mode, draft, spec = auto_choice(target_path, spec)
@@ -523,9 +524,11 @@ class Engine:
         text prompt then goes through the chat template too). ``stop``: a string or a list
         of them. ``record_margins``: the top-2 logit gap (when sampling, the draw's margin)
         at each token, for tie-aware comparisons. ``cancelled``: asked from the generating
-        thread between the chunks of a long prompt (which can take seconds to read); when it
-        returns True, ``GenerationCancelled`` is raised (to end a stream between rounds, close
-        it). A wrong type or value of any of these is a ``LocalspecError`` naming it, raised
+        thread between the chunks of a long prompt (which can take seconds to read) and
+        between the sizes of the first verify-cost measurement; when it returns True,
+        ``GenerationCancelled`` is raised (to end a stream between rounds, close it).
+        ``chat=True``: a text prompt goes through the chat template (messages always do).
+        A wrong type or value of any of these is a ``LocalspecError`` naming it, raised
         before any work (``api_checks``)."""
         checks.prompt(prompt)
         checks.text("system", system)
@@ -579,44 +582,57 @@ class Engine:
         compiled = Grammar(self.target, s.grammar) if s.grammar is not None else None
         state = compiled.start() if compiled is not None else None
         drafter = self._drafter(mode, sampling, spec, state, s.memory_partition)
-        # identical greedy requests: a schedule that depends on the tokens only
-        times = self.modelled_times(spec) if s.reproducible and drafter and spec.adaptive else None
-        control: DraftControl | None
+        loop: SpeculativeLoop | None = None
+        try:
+            # identical greedy requests: a schedule that depends on the tokens only
+            reproducible = s.reproducible and drafter is not None and spec.adaptive
+            times = self.modelled_times(spec) if reproducible else None
+            control = self._control(mode, spec, state, drafter, times)
+            if self.mtp is not None:
+                self._follow_with_mtp("draft-mtp" in parse_mode(mode))
+            loop = SpeculativeLoop(
+                self.target,
+                tokens,
+                drafter,
+                sampling,
+                spec,
+                s.max_tokens,
+                s.stop,
+                record_margins,
+                control,
+                s.logprobs,
+                s.reproducible,
+                state,
+                times,
+            )
+            yield from loop.rounds()
+        finally:
+            # everything written, whatever the mode (the prompt alone if the caller left
+            # before the first token): the suffix drafter's evidence
+            if s.remember:
+                written = loop.output.tokens if loop is not None else []
+                self.memories.remember([*tokens, *written], s.memory_partition)
+            if drafter is not None:
+                drafter.close()
+            if state is not None:
+                state.close()
+
+    def _control(
+        self,
+        mode: str,
+        spec: SpecConfig,
+        state: GrammarState | None,
+        drafter: Drafter | None,
+        times: ModelledTimes | None,
+    ) -> DraftControl | None:
+        """The draft-length control of a generation: one controller per drafter of a chain."""
         if isinstance(drafter, ChainedDrafter) and spec.adaptive:
             parts = [
                 self._controller(p, self._part_spec(p, spec), times)
                 for p in self._parts(mode, state)
             ]
-            control = ChainController(drafter, [c for c in parts if c is not None])
-        else:
-            control = self._controller(mode, spec, times)
-        if self.mtp is not None:
-            self._follow_with_mtp("draft-mtp" in parse_mode(mode))
-        loop = SpeculativeLoop(
-            self.target,
-            tokens,
-            drafter,
-            sampling,
-            spec,
-            s.max_tokens,
-            s.stop,
-            record_margins,
-            control,
-            s.logprobs,
-            s.reproducible,
-            state,
-            times,
-        )
-        try:
-            yield from loop.rounds()
-        finally:
-            # everything written, whatever the mode: the suffix drafter's evidence
-            if s.remember:
-                self.memories.remember([*tokens, *loop.output.tokens], s.memory_partition)
-            if drafter is not None:
-                drafter.close()
-            if state is not None:
-                state.close()
+            return ChainController(drafter, [c for c in parts if c is not None])
+        return self._controller(mode, spec, times)
 
     def _follow_with_mtp(self, on: bool) -> None:
         """The MTP context mirrors the target only in draft-mtp generations (a plain one pays

@@ -12,6 +12,7 @@ from typing import NoReturn
 from localspec.commands import bench, chat, doctor, models, pairs, probe, pull, run, serve
 from localspec.errors import LocalspecError
 from localspec.interrupts import install_interrupt_handler
+from localspec.progress import show_status_lines
 
 COMMANDS = (run, pairs, models, pull, probe, chat, bench, doctor, serve)  # help lists them so
 
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         install_interrupt_handler()
+        show_status_lines()
         return int(args.handler(args) or 0)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)

@@ -24,7 +24,8 @@ class EngineFailure(LocalspecError):
 
 
 class GenerationCancelled(LocalspecError):
-    """The caller's ``cancelled`` check said stop while the prompt was being read."""
+    """The caller's ``cancelled`` check said stop before the first token (while the prompt
+    was being read, or the verify costs measured)."""
 
-    def __init__(self) -> None:
-        super().__init__("the generation was cancelled while the prompt was being read")
+    def __init__(self, during: str = "the prompt was being read") -> None:
+        super().__init__(f"the generation was cancelled while {during}")

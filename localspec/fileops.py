@@ -212,7 +212,8 @@ def intact_file(path: Path, stamp: Path) -> bool:
     if recorded is None or path.stat().st_size != size or sha256_file(path) != recorded:
         status(
             f"{path.name} is damaged (it does not match the checksum recorded when it was "
-            "built); rebuilding it"
+            "built); rebuilding it",
+            True,
         )
         return False
     write_stamp(path, recorded, stamp)  # same content, new mtime: remember the check

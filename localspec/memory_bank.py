@@ -138,7 +138,7 @@ class MemoryBank:
             with atomic_path(self.path) as tmp, tmp.open("wb") as f:
                 np.savez(f, **arrays)
         except (OSError, LocalspecError) as exc:  # a full disk must not cost the answer
-            status(f"localspec: warning: cannot save --spec-memory {self.path}: {exc}")
+            status(f"localspec: warning: cannot save --spec-memory {self.path}: {exc}", True)
         self._dirty, self._saved_at = False, time.monotonic()
 
     def _load(self, path: Path) -> None:

@@ -6,6 +6,7 @@ Uses rich on a terminal and stays silent otherwise, so `--json` output and tests
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import Callable, Iterator
 
@@ -38,9 +39,28 @@ def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int
         yield lambda n: bar.advance(task, n)
 
 
-def status(message: str) -> None:
-    """One line of what is happening, on stderr (stdout is for the answer)."""
-    print(message, file=sys.stderr, flush=True)
+STATUS = logging.getLogger("localspec.status")
+
+
+def status(message: str, warning: bool = False) -> None:
+    """One line of what is happening. The command line shows each on stderr (stdout is for
+    the answer); a program using the Python API gets log records of ``localspec.status``
+    (INFO; WARNING for what may need the user's attention), shown as it sets up logging:
+    by default only the warnings, as a library should."""
+    STATUS.log(logging.WARNING if warning else logging.INFO, message)
+
+
+class _StderrLines(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        print(record.getMessage(), file=sys.stderr, flush=True)  # stderr as it is now
+
+
+def show_status_lines() -> None:
+    """The command line's setting: every status line on stderr, as it is."""
+    if not any(isinstance(h, _StderrLines) for h in STATUS.handlers):
+        STATUS.addHandler(_StderrLines())
+    STATUS.setLevel(logging.INFO)
+    STATUS.propagate = False
 
 
 PIPED_WIDTH = 160  # rich folds tables into 80 columns when not on a terminal: cells get cut

@@ -129,7 +129,7 @@ def _verified(path: Path, entry: ModelEntry) -> bool:
     if entry.size is not None and size != entry.size:
         if known is not None:
             raise _entry_disagrees(entry, path, f"size {entry.size}", f"{size} bytes")
-        status(f"{path}: size {size} != expected {entry.size}; removing it")
+        status(f"{path}: size {size} != expected {entry.size}; removing it", True)
         path.unlink()
         return False
     if entry.sha256 is None or known == entry.sha256:
@@ -376,7 +376,7 @@ def pull(ref: str, catalog: Catalog | None = None) -> Path:
 def _cached_instead(cached: object, why: str, message: str, hint: str) -> Path:
     """The cached copy when the hub cannot give the file, said on stderr; else the error."""
     if isinstance(cached, str):
-        status(f"{why}: using the cached {cached}")
+        status(f"{why}: using the cached {cached}", True)
         return Path(cached)
     raise LocalspecError(message, hint)
 

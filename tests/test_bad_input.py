@@ -6,6 +6,7 @@ check that came too late would report the missing model instead)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -478,3 +479,30 @@ def test_a_named_draft_that_cannot_be_found(capsys, smollm_path: Path) -> None: 
     argv = ["probe", str(smollm_path), "--candidates", MISSING, "--modes", "draft-model"]
     code, text = outcome(capsys, argv)
     assert code == 2 and f"draft '{MISSING}'" in text and "plain" not in text
+
+
+def test_the_library_reports_through_logging_not_on_stderr(smollm_path: Path, capfd) -> None:  # type: ignore[no-untyped-def]
+    """A program using the Python API chooses what it shows (``localspec.status`` records);
+    the command line shows every line on stderr."""
+    from localspec import Engine
+    from localspec.progress import STATUS
+
+    saved = (STATUS.handlers[:], STATUS.level, STATUS.propagate)
+    STATUS.handlers.clear()  # a library's defaults (the command line may have run here)
+    STATUS.setLevel(logging.NOTSET)
+    STATUS.propagate = True
+    records: list[logging.LogRecord] = []
+    keep = logging.Handler()
+    keep.emit = records.append  # type: ignore[method-assign]
+    many = 4 * (os.cpu_count() or 1)
+    try:
+        Engine.load(smollm_path, n_ctx=0, mode="none").close()
+        assert "context:" not in capfd.readouterr().err
+        STATUS.addHandler(keep)
+        STATUS.setLevel(logging.INFO)
+        Engine.load(smollm_path, n_ctx=0, n_threads=many, mode="none").close()
+    finally:
+        STATUS.handlers[:], STATUS.level, STATUS.propagate = saved
+    said = {r.getMessage().split(":")[0]: r.levelno for r in records}
+    assert said["context"] == logging.INFO
+    assert said[f"{many} threads on {os.cpu_count()} logical cores"] == logging.WARNING

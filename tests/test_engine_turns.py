@@ -89,6 +89,8 @@ def test_a_long_prompt_stops_being_read_when_its_caller_cancels(engine: Engine) 
     prompt = " ".join(f"w{i}" for i in range(220))  # about 800 tokens: two chunks
     asked: list[int] = []
 
+    engine.verify_cost()  # measured first (a cancellation stops that too: test below)
+
     def cancelled() -> bool:
         asked.append(engine.target.n_past)
         return True
@@ -100,3 +102,15 @@ def test_a_long_prompt_stops_being_read_when_its_caller_cancels(engine: Engine) 
     assert answer(engine, CODE) == answer(engine, CODE)
     with pytest.raises(LocalspecError, match="cancelled must be a function"):
         next(engine.stream(PROSE, cancelled=True))
+
+
+def test_the_first_calibration_stops_when_its_caller_cancels(smollm_path: Path) -> None:
+    """The first speculative generation measures the verify costs (seconds on a large model):
+    a chat's quit or a client's leaving stops that too, between two batch sizes, and the next
+    generation measures them whole."""
+    with Engine.load(smollm_path, mode="ngram-simple") as engine:
+        with pytest.raises(GenerationCancelled, match="while the verify costs were measured"):
+            next(engine.stream(PROSE, max_tokens=4, cancelled=lambda: True))
+        assert engine.target.n_past == 0  # measured before the prompt; its filler trimmed
+        assert answer(engine, CODE) == answer(engine, CODE)
+        assert engine.verify_cost().sizes.size > 2

@@ -33,7 +33,9 @@ class VerifyCost:
     def measure(cls, backend: ModelContext, max_size: int) -> VerifyCost:
         """Time each size (after one warm-up decode) at the backend's cache end, keep the
         fastest; the cache is trimmed back afterwards. Short batches are timed twice (their
-        relative noise is larger, and they decide most rounds), long ones once."""
+        relative noise is larger, and they decide most rounds), long ones once. A caller
+        gone meanwhile (``backend.cancelled``) stops it between two sizes: the first answer
+        of a session waits for it, and a chat's quit or a client's leaving must not."""
         sizes = [n for n in CALIBRATION_SIZES if n <= max_size] or [1]
         if sizes[-1] < max_size:
             sizes.append(max_size)
@@ -50,6 +52,7 @@ class VerifyCost:
                 best = min(best, time.perf_counter() - t0)
                 backend.trim(base)
             seconds.append(best)
+            backend.stop_if_cancelled("the verify costs were measured")
         return cls(np.array(sizes), np.array(seconds))
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:

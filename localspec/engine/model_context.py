@@ -232,13 +232,17 @@ class ModelContext:
         while len(tokens) - start > size:  # long prompts: chunks without logits
             self._decode_chunk(tokens[start : start + size], want=0)
             start += size
-            if self.cancelled is not None and self.cancelled():
-                raise GenerationCancelled  # the cache keeps what was read: a retry reuses it
+            self.stop_if_cancelled("the prompt was being read")  # a retry reuses the chunks
         rest = tokens[start:]
         n_rows = len(rest) if all_logits else 1
         self._decode_chunk(rest, want=n_rows)
         logits = llama_cpp.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(logits, shape=(n_rows, self.n_vocab))
+
+    def stop_if_cancelled(self, during: str) -> None:
+        """Between two long steps of work for one caller: stop if it has gone."""
+        if self.cancelled is not None and self.cancelled():
+            raise GenerationCancelled(during)
 
     def _decode_chunk(self, tokens: Sequence[int], want: int) -> None:
         if llama_cpp.llama_memory_seq_pos_max(self.memory, 0) >= self.n_past:

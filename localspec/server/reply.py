@@ -270,11 +270,11 @@ class Reply:
         yield "data: [DONE]\n\n"
 
     def failed(self, exc: LocalspecError) -> ApiError:
-        if isinstance(exc, GenerationCancelled):  # stopped while reading a long prompt
+        if isinstance(exc, GenerationCancelled):  # stopped before its first token
             if self.server.stopping:
                 exc = ShuttingDown()
             else:
-                log.info("%s %s: client went away, prompt left unread", self.endpoint, self.mode)
+                log.info("%s %s: client went away before the first token", self.endpoint, self.mode)
                 return ApiError(499, "client closed the request")
         return generation_error(exc, f"{self.endpoint} {self.mode}")
 

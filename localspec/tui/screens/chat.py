@@ -20,7 +20,7 @@ from textual.worker import get_current_worker
 from localspec.api import Engine
 from localspec.engine.loop import RoundEvent
 from localspec.engine.settings import GenerationSettings
-from localspec.errors import LocalspecError
+from localspec.errors import GenerationCancelled, LocalspecError
 from localspec.tui.messages import AnswerFinished, GenerationFailed
 from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.context_full import ContextFullScreen
@@ -191,7 +191,10 @@ class ChatScreen(Screen[None]):
         assert app.engine is not None
         text, reason = [], "stop"
         try:
-            stream = app.engine.stream(messages, app.generation_settings())
+            settings = app.generation_settings()
+            # asked while the engine reads the prompt or calibrates: a stop or a quit then
+            # comes at once instead of after that work
+            stream = app.engine.stream(messages, settings, cancelled=lambda: worker.is_cancelled)
             try:
                 for event in stream:
                     text.append(event.text)
@@ -201,6 +204,8 @@ class ChatScreen(Screen[None]):
                         break
             finally:
                 stream.close()  # the engine is consistent for the next turn
+        except GenerationCancelled:
+            pass  # stopped before its first token: an empty answer, marked stopped
         except LocalspecError as exc:
             self.post_message(GenerationFailed(str(exc)))
             return
