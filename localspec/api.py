@@ -93,8 +93,8 @@ class GenerationResult:
 def resolve_mode(mode: str | None, has_draft: bool, suffix_first: bool = False) -> str:
     """No mode: draft-model when a draft is given, else ngram-simple (``suffix_first``: after
     the suffix lookup, which costs nothing when it finds nothing). Check the combination."""
-    lookups = "suffix+ngram-simple" if suffix_first else "ngram-simple"
-    mode = mode or ("draft-model" if has_draft else lookups)
+    default = "draft-model" if has_draft else "ngram-simple"
+    mode = mode or (f"suffix+{default}" if suffix_first else default)
     if mode == "auto":
         if has_draft:
             raise LocalspecError(
@@ -426,6 +426,8 @@ class Engine:
             modes += ["suffix", "suffix+ngram-simple"]
         if self.draft_kind is not None:
             modes += [self.draft_kind, f"ngram-simple+{self.draft_kind}"]
+            if self.memories.enabled:
+                modes += [f"suffix+{self.draft_kind}"]
         return modes
 
     def mode_available(self, mode: str) -> bool:

@@ -37,3 +37,12 @@ def test_resolve_mode_checks_the_draft_model() -> None:
         resolve_mode("ngram-simple,draft-model", has_draft=False)
     with pytest.raises(LocalspecError, match="does not use one"):
         resolve_mode("draft-self", has_draft=True)
+
+
+def test_the_default_mode_starts_with_the_memory_where_it_is_on() -> None:
+    """serve and chat: the suffix lookup first (free when it finds nothing), then the
+    drafter a user would get without it."""
+    assert resolve_mode(None, has_draft=False) == "ngram-simple"
+    assert resolve_mode(None, has_draft=True) == "draft-model"
+    assert resolve_mode(None, has_draft=False, suffix_first=True) == "suffix+ngram-simple"
+    assert resolve_mode(None, has_draft=True, suffix_first=True) == "suffix+draft-model"

@@ -84,6 +84,7 @@ def test_agreeing_heads_draft_and_everything_is_accepted(tiny_models, arch: str)
             "suffix+ngram-simple",
             "draft-mtp",
             "ngram-simple+draft-mtp",
+            "suffix+draft-mtp",
         ]
         results = run_against_plain(engine, SpecConfig(n_max=4, adaptive=False))
     for _, r in results:

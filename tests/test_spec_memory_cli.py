@@ -37,6 +37,26 @@ def test_serve_and_chat_remember_by_default_and_run_does_not() -> None:
     kept = options("run", "--spec-memory", "mem.npz")
     assert kept["mode"] == "suffix+ngram-simple" and kept["spec_memory_path"] == "mem.npz"
     assert options("serve", "--spec-memory")["spec_memory_path"] is True
+    for command in ("serve", "chat"):  # with a draft model: the memory before it
+        assert options(command, "-md", "d.gguf")["mode"] == "suffix+draft-model"
+        assert options(command, "-md", "d.gguf", "--no-spec-memory")["mode"] == "draft-model"
+    assert options("run", "-md", "d.gguf")["mode"] == "draft-model"
+
+
+def test_a_draft_model_follows_the_memory(qwen_cpu_pair: Engine) -> None:
+    """The chain serve and chat run with -md: remembered text drafted without the draft
+    model, the rest by it; greedy output as plain decoding's, up to a measured near tie."""
+    from localspec.lossless import compare
+
+    mode = "suffix+draft-model"
+    assert mode in qwen_cpu_pair.available_modes()
+    plain = qwen_cpu_pair.generate(PROMPT, max_tokens=64, mode="none", record_margins=True)
+    qwen_cpu_pair.generate(PROMPT, max_tokens=64, mode=mode)  # remembered
+    again = qwen_cpu_pair.generate(PROMPT, max_tokens=64, mode=mode)
+    report = compare(plain.tokens, plain.margins, again.tokens, plain.runners_up)
+    assert report.ok, report
+    by = again.stats.by_drafter_dict()
+    assert by["suffix"]["accepted"] >= 32  # the earlier answer, drafted from memory
 
 
 def test_memory_flags_are_checked(capsys, qwen_path: Path) -> None:  # type: ignore[no-untyped-def]

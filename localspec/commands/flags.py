@@ -40,7 +40,7 @@ def add_model_flags(p: argparse.ArgumentParser, draft: bool = True, mode: bool =
             default=None,
             help="none | ngram-simple | suffix | draft-model | draft-self | draft-mtp, or a "
             "chain such as suffix+ngram-simple or ngram-simple+draft-self (default: "
-            "draft-model with -md, else ngram-simple, after the suffix lookup where the "
+            "draft-model with -md, else ngram-simple; after the suffix lookup where the "
             "speculation memory is on)",
         )
     add_machine_flags(p)
@@ -168,7 +168,7 @@ def add_memory_flags(p: argparse.ArgumentParser, on_by_default: bool) -> None:
         "--no-spec-memory",
         action="store_true",
         help="remember nothing: no suffix drafting"
-        + (" (default mode: ngram-simple)" if on_by_default else ""),
+        + (" (default mode: ngram-simple, or draft-model with -md)" if on_by_default else ""),
     )
     g.add_argument(
         "--spec-memory-mb",
