@@ -295,3 +295,64 @@ def test_required_keys_are_written_even_when_properties_omit_them(qwen: Engine) 
         schema_grammar(closed)
     result = qwen.generate(EXTRACT, max_tokens=48, grammar=schema_grammar(aged))
     assert set(json.loads(result.text)) == {"age", "name"}
+
+
+def test_keys_and_values_with_backslashes_or_quotes_are_written_as_json(qwen: Engine) -> None:
+    """The port escaped quotes and newlines in GBNF literals but not the backslash: a key or
+    an enum value holding one wrote invalid JSON, and one holding a quote did not parse."""
+    schema = {
+        "type": "object",
+        "properties": {"x\\y": {"type": "integer"}, 'a"b': {"enum": ['say "hi"', "new\nline"]}},
+        "required": ["x\\y", 'a"b'],
+    }
+    assert _accepted(qwen, schema, json.dumps({"x\\y": 1, 'a"b': "new\nline"}))
+    assert _accepted(qwen, schema, json.dumps({"x\\y": 1, 'a"b': 'say "hi"'}))
+    assert not _accepted(qwen, schema, '{"x\\y"')  # a lone backslash: not JSON
+
+
+def test_regex_escapes_in_patterns(qwen: Engine) -> None:
+    """pydantic's patterns (\\d, \\w, \\s, escaped dots): llama.cpp's converters refuse them."""
+
+    def text(pattern: str) -> dict:  # type: ignore[type-arg]
+        return {"type": "object", "properties": {"v": {"type": "string", "pattern": pattern}}}
+
+    assert _accepted(qwen, text(r"^\d{5}$"), '{"v": "12345"}')
+    assert not _accepted(qwen, text(r"^\d{5}$"), '{"v": "1234a')
+    assert _accepted(qwen, text(r"^\w+@\w+\.com$"), '{"v": "ann@mail.com"}')
+    assert not _accepted(qwen, text(r"^a\.b$"), '{"v": "axb')
+    assert _accepted(qwen, text(r"^[\d\-]+\s\D$"), '{"v": "12-3 x"}')
+    with pytest.raises(LocalspecError, match=r"escape \\b is not supported"):
+        schema_grammar(text(r"^\bword$"))
+
+
+@pytest.mark.parametrize(
+    "schema, said",
+    [
+        ({"type": "string", "enum": "abc"}, "enum must be a list of values"),
+        ({"type": "object", "required": "a"}, "required must be a list of property names"),
+        ({"type": "integer", "minimum": "3"}, "minimum must be a number"),
+        ({"type": "string", "maxLength": -1}, "maxLength must be a whole number >= 0"),
+        ({"properties": ["a"]}, "properties must be an object of schemas"),
+        ({"type": "array", "items": "string"}, "items must be a schema"),
+        ({"anyOf": []}, "anyOf must be a non-empty list of schemas"),
+        ({"properties": {"a": {"type": "str"}}}, "at the schema.properties['a']: type must be"),
+        ({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}, "refers to itself"),
+    ],
+)
+def test_malformed_schemas_are_named_not_misread(schema: dict, said: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(LocalspecError, match="cannot be turned into a grammar") as refused:
+        schema_grammar(schema)
+    assert said in refused.value.message
+
+
+def test_a_recursive_model_as_pydantic_writes_it(qwen: Engine) -> None:
+    """The root a $ref into its own $defs, references in chains: the port resolves neither."""
+    kids = {"type": "array", "items": {"$ref": "#/$defs/Node"}}
+    node = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "kids": kids},
+        "required": ["name", "kids"],
+    }
+    schema = {"$defs": {"Node": node, "Alias": {"$ref": "#/$defs/Node"}}, "$ref": "#/$defs/Alias"}
+    assert _accepted(qwen, schema, '{"name": "a", "kids": [{"name": "b", "kids": []}]}')
+    assert not _accepted(qwen, schema, '{"kids"')

@@ -216,6 +216,27 @@ def test_a_lone_surrogate_is_the_clients_error(base: str) -> None:
         assert "not a Unicode character" in r.json()["error"]["message"]
 
 
+def test_malformed_tool_fields_are_the_clients_error(base: str) -> None:
+    """A tool call or tool choice whose function is no object: a 400 naming it, not a 500."""
+    weather = {"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}
+    for function in ("w", 5, [1, 2], None):
+        call = {"id": "1", "type": "function", "function": function}
+        messages = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "1", "content": "x"},
+        ]
+        r = post(base, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+        assert r.status_code == 400, r.text
+        assert "tool_calls[0].function must be an object" in r.json()["error"]["message"]
+    for function in ("w", ["w"]):
+        choice = {"type": "function", "function": function}
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": [weather]}
+        r = post(base, "/v1/chat/completions", {**body, "tool_choice": choice, "max_tokens": 2})
+        assert r.status_code == 400, r.text
+        assert "tool_choice.function must be an object" in r.json()["error"]["message"]
+
+
 def test_malformed_json_and_large_body(base: str) -> None:
     r = httpx.post(f"{base}/v1/completions", content=b"{not json", timeout=30)
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]

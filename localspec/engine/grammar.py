@@ -31,7 +31,7 @@ import numpy as np
 
 from localspec.engine.llama_lib import log_mark, recent_log
 from localspec.engine.model_context import ModelContext
-from localspec.engine.schema_converter import reference_problem, schema_to_gbnf
+from localspec.engine.schema_converter import reference_problem, schema_to_gbnf, shape_problem
 from localspec.errors import LocalspecError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -48,10 +48,10 @@ def schema_grammar(schema: dict[str, Any]) -> str:
             f"a JSON schema is a JSON object (got {type(schema).__name__})",
             'e.g. {"type": "object", "properties": {"name": {"type": "string"}}}',
         )
-    if (problem := reference_problem(schema)) is not None:
+    if (problem := shape_problem(schema) or reference_problem(schema)) is not None:
         raise LocalspecError(
             f"the JSON schema cannot be turned into a grammar: {problem}",
-            "define what the $ref names under $defs, and point to it as #/$defs/NAME",
+            "fix that part of the schema (a $ref points into it as #/$defs/NAME)",
         )
     if (problem := unsatisfiable(schema)) is not None:
         raise LocalspecError(

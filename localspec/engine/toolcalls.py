@@ -229,7 +229,13 @@ def chosen_tools(tools: Sequence[Tool], choice: str | dict[str, Any] | None) -> 
     if choice == "required":
         return list(tools)
     if isinstance(choice, dict):
-        name = function_of(choice).get("name")
+        function = function_of(choice)
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise LocalspecError(
+                "tool_choice.function must be an object with a string 'name'",
+                'e.g. {"type": "function", "function": {"name": "get_weather"}}',
+            )
+        name = function["name"]
         named = [t for t in tools if function_of(t).get("name") == name]
         if not named:
             raise LocalspecError(f"tool_choice names {name!r}, which is not among the tools")

@@ -79,6 +79,18 @@ class Message(BaseModel):
                 raise ValueError("a 'text' content part needs a string field 'text'")
         return content
 
+    @field_validator("tool_calls")
+    @classmethod
+    def calls_of_functions(cls, calls: list[dict[str, Any]] | None) -> Any:
+        for i, call in enumerate(calls or []):
+            function = call.get("function")
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ValueError(
+                    f"tool_calls[{i}].function must be an object with a string 'name' (and "
+                    "'arguments', JSON text)"
+                )
+        return calls
+
     @model_validator(mode="after")
     def content_or_tool_calls(self) -> Message:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
