@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +30,8 @@ import numpy as np
 
 from localspec.engine.llama_lib import log_mark, recent_log
 from localspec.engine.model_context import ModelContext
-from localspec.engine.schema_converter import reference_problem, schema_to_gbnf, shape_problem
+from localspec.engine.schema_checks import reference_problem, shape_problem, unsatisfiable
+from localspec.engine.schema_converter import schema_to_gbnf
 from localspec.errors import LocalspecError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -68,60 +68,6 @@ def schema_grammar(schema: dict[str, Any]) -> str:
 
 
 JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
-BOUNDS = (
-    ("minLength", "maxLength"),
-    ("minItems", "maxItems"),
-    ("minProperties", "maxProperties"),
-    ("minimum", "maximum"),
-    ("exclusiveMinimum", "maximum"),
-    ("minimum", "exclusiveMaximum"),
-    ("exclusiveMinimum", "exclusiveMaximum"),
-)
-
-
-def unsatisfiable(schema: Any, where: str = "the schema") -> str | None:
-    """Where a schema contradicts itself (bounds the wrong way round, an empty enum, a
-    pattern that is no regular expression), or None."""
-    if isinstance(schema, list):
-        for i, item in enumerate(schema):
-            if (found := unsatisfiable(item, f"{where}[{i}]")) is not None:
-                return found
-        return None
-    if not isinstance(schema, dict):
-        return None
-    for low, high in BOUNDS:
-        a, b = schema.get(low), schema.get(high)
-        if _number(a) and _number(b) and (a > b or (a == b and "exclusive" in low + high)):
-            return f"at {where}: {low} {a} and {high} {b} leave nothing"
-    if schema.get("enum") == []:
-        return f"at {where}: an empty enum"
-    if (key := _closed_out(schema)) is not None:
-        return f"at {where}: {key!r} is required, but not among the properties allowed"
-    pattern = schema.get("pattern")
-    if isinstance(pattern, str):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            return f"at {where}: the pattern {pattern!r} is not a regular expression ({exc})"
-    for key, value in schema.items():
-        if key in ("enum", "const", "examples", "default"):
-            continue  # values, not schemas
-        if (found := unsatisfiable(value, f"{where}.{key}")) is not None:
-            return found
-    return None
-
-
-def _closed_out(schema: dict[str, Any]) -> str | None:
-    """A required key that ``additionalProperties: false`` and the properties forbid."""
-    if schema.get("additionalProperties") is not False:
-        return None
-    listed = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
-    return next((k for k in required if isinstance(k, str) and k not in listed), None)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class _OwnedSampler:

@@ -20,6 +20,8 @@ from typing import Any
 
 from llama_cpp.llama_grammar import PRIMITIVE_RULES, RESERVED_NAMES, SchemaConverter
 
+from localspec.engine.schema_checks import VALUE_KEYWORDS, pointed
+
 BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 # regex shorthand classes, which GBNF lacks: their members inside a class, and as a class
 SHORTHAND = {"d": "0-9", "w": "a-zA-Z0-9_", "s": r" \t\n\r\x0B\x0C"}
@@ -182,9 +184,6 @@ def any_value(schema: dict[str, Any]) -> bool:
     )
 
 
-VALUE_KEYWORDS = ("enum", "const", "examples", "default")  # their values are not schemas
-
-
 def with_required_properties(schema: Any) -> Any:
     """The schema with each required key that ``properties`` does not list added to it (any
     value, or ``additionalProperties``' schema). The converter writes only the listed
@@ -214,115 +213,6 @@ def with_required_properties(schema: Any) -> Any:
     return out
 
 
-def _pointed(root: Any, ref: str) -> Any:
-    """What a ``#/...`` reference points to in ``root`` (None: nothing)."""
-    if not ref.startswith("#"):
-        return None
-    target = root
-    for part in filter(None, ref[1:].split("/")):
-        key = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(target, dict) or key not in target:
-            return None
-        target = target[key]
-    return target
-
-
-def reference_problem(schema: Any, root: Any = None, where: str = "the schema") -> str | None:
-    """A ``$ref`` the converter cannot follow (outside the schema, or to nothing in it)."""
-    root = schema if root is None else root
-    if isinstance(schema, list):
-        items = ((f"{where}[{i}]", item) for i, item in enumerate(schema))
-    elif isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if ref is not None:
-            if not isinstance(ref, str) or not ref.startswith("#"):
-                return f"at {where}: $ref {ref!r} is not within the schema (only '#/...' is)"
-            seen = {ref}
-            target = _pointed(root, ref)
-            while isinstance(target, dict) and isinstance(target.get("$ref"), str):
-                if target["$ref"] in seen:  # a chain of references back to itself
-                    return f"at {where}: $ref {ref!r} refers to itself and to nothing else"
-                seen.add(target["$ref"])
-                target = _pointed(root, target["$ref"])
-            if target is None:
-                return f"at {where}: $ref {ref!r} points to nothing in the schema"
-        items = ((f"{where}.{k}", v) for k, v in schema.items() if k not in VALUE_KEYWORDS)
-    else:
-        return None
-    return next((p for w, v in items if (p := reference_problem(v, root, w)) is not None), None)
-
-
-SCHEMA_MAPS = ("properties", "$defs", "definitions")  # name -> schema
-SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")  # non-empty lists of schemas
-COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
-NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
-
-
-def _keyword_problem(key: str, value: Any) -> str | None:
-    """What is wrong with one keyword's value, or None."""
-    if key in SCHEMA_MAPS and not (
-        isinstance(value, dict) and all(map(_is_schema, value.values()))
-    ):
-        return f"{key} must be an object of schemas"
-    if key in SCHEMA_LISTS and not (
-        isinstance(value, list) and value and all(map(_is_schema, value))
-    ):
-        return f"{key} must be a non-empty list of schemas"
-    if key == "items" and isinstance(value, list) and all(map(_is_schema, value)):
-        return None  # the older form of prefixItems
-    if key in ("items", "additionalProperties") and not _is_schema(value):
-        return f"{key} must be a schema (an object) or a boolean"
-    if key == "enum" and not isinstance(value, list):
-        return "enum must be a list of values"
-    if key == "required" and not (
-        isinstance(value, list) and all(isinstance(k, str) for k in value)
-    ):
-        return "required must be a list of property names"
-    if key == "type" and not (
-        value in TYPES or (isinstance(value, list) and value and all(t in TYPES for t in value))
-    ):
-        return f"type must be one of {', '.join(TYPES)}, or a list of them"
-    if key in COUNTS and not (
-        isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    ):
-        return f"{key} must be a whole number >= 0"
-    if key in NUMBERS and (isinstance(value, bool) or not isinstance(value, int | float)):
-        return f"{key} must be a number"
-    if key == "pattern" and not isinstance(value, str):
-        return "pattern must be a string (a regular expression)"
-    return None
-
-
-def _is_schema(value: Any) -> bool:
-    return isinstance(value, dict | bool)
-
-
-def _children(key: str, value: Any) -> list[tuple[str, Any]]:
-    """The subschemas under one keyword, each with its place."""
-    if key in SCHEMA_MAPS:
-        return [(f".{key}[{name!r}]", child) for name, child in value.items()]
-    if key in SCHEMA_LISTS or (key == "items" and isinstance(value, list)):
-        return [(f".{key}[{i}]", child) for i, child in enumerate(value)]
-    if key in ("items", "additionalProperties", "not"):
-        return [(f".{key}", value)]
-    return []
-
-
-def shape_problem(schema: Any, where: str = "the schema") -> str | None:
-    """Where a schema is malformed (a keyword's value of the wrong kind), or None: the
-    converter would misread it (``"enum": "abc"`` as three values) or fail on it."""
-    if not isinstance(schema, dict):
-        return None
-    for key, value in schema.items():
-        if (problem := _keyword_problem(key, value)) is not None:
-            return f"at {where}: {problem}"
-        for place, child in _children(key, value):
-            if (problem := shape_problem(child, where + place)) is not None:
-                return problem
-    return None
-
-
 def direct_references(schema: Any, root: Any = None) -> Any:
     """The schema with each ``$ref`` to a bare ``$ref`` pointing at the end of the chain:
     the port resolves one step only (checked first: no cycle, no dangling end)."""
@@ -333,7 +223,7 @@ def direct_references(schema: Any, root: Any = None) -> Any:
         return schema
     out = {k: v if k in VALUE_KEYWORDS else direct_references(v, root) for k, v in schema.items()}
     ref = out.get("$ref")
-    while isinstance(ref, str) and isinstance(target := _pointed(root, ref), dict):
+    while isinstance(ref, str) and isinstance(target := pointed(root, ref), dict):
         if not isinstance(target.get("$ref"), str):
             break
         ref = out["$ref"] = target["$ref"]
@@ -346,7 +236,7 @@ def schema_to_gbnf(schema: dict[str, Any]) -> str:
     )
     schema = direct_references(json.loads(json.dumps(schema)))  # a copy, changed freely
     root_ref = schema.get("$ref")
-    if isinstance(root_ref, str) and isinstance(target := _pointed(schema, root_ref), dict):
+    if isinstance(root_ref, str) and isinstance(target := pointed(schema, root_ref), dict):
         # pydantic's recursive models: the root a $ref into its own $defs, which the port
         # cannot resolve; the root becomes what it points to, beside the $defs
         schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
