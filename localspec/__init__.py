@@ -1,15 +1,15 @@
 """localspec: lossless speculative decoding for local LLMs on llama.cpp.
 
-The names below are imported when first used: the ``localspec`` command starts by importing
-this package, and a Ctrl-C while numpy and llama.cpp load must find its handler in place
-(``localspec.launch``), not a traceback."""
+The names below are imported when first used, and this module imports nothing itself (not
+even ``typing``): the ``localspec`` command starts by importing this package, and a Ctrl-C
+before its handler is in place (``localspec.launch``) is Python's own traceback."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from localspec.api import Engine, GenerationResult
     from localspec.engine.loop import RoundEvent, SpecConfig
     from localspec.engine.settings import GenerationSettings
@@ -46,6 +46,8 @@ def __getattr__(name: str) -> Any:
     real = _RENAMED.get(name, name)
     if real not in _HOMES:
         raise AttributeError(f"module 'localspec' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(_HOMES[real]), real)
     globals()[name] = value
     return value
