@@ -518,7 +518,8 @@ class Engine:
         the target, with that many alternatives. ``reproducible``: the prompt is evaluated
         as in a fresh context, and the draft lengths are chosen from modelled round costs
         (``ModelledTimes``) by a fresh controller, so that identical requests batch
-        identically and get identical output (see ``ModelContext.evaluate``). ``grammar``: GBNF
+        identically and get identical output (see ``ModelContext.evaluate``); a sampled
+        request with a seed of its own is always reproducible. ``grammar``: GBNF
         text the output must follow (``schema_grammar`` makes it from a JSON schema); the
         target's distribution is masked by it, and what it forces is drafted for free.
         ``tools``: OpenAI-style function tools shown to the model through its chat template
@@ -565,6 +566,8 @@ class Engine:
         record_margins: bool,
     ) -> Iterator[RoundEvent]:
         sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
+        if s.seeded:
+            s = s.but(reproducible=True)  # what an earlier request left cached must not tip a draw
         if s.max_tokens is not None and s.max_tokens <= 0:
             raise LocalspecError(f"max_tokens must be > 0 (got {s.max_tokens})")
         if not isinstance(s.memory_partition, str):
@@ -586,7 +589,7 @@ class Engine:
         drafter = self._drafter(mode, sampling, spec, state, s.memory_partition)
         loop: SpeculativeLoop | None = None
         try:
-            # identical greedy requests: a schedule that depends on the tokens only
+            # identical greedy or seeded requests: a schedule that depends on the tokens only
             reproducible = s.reproducible and drafter is not None and spec.adaptive
             times = self.modelled_times(spec) if reproducible else None
             control = self._control(mode, spec, state, drafter, times)

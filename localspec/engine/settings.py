@@ -37,3 +37,8 @@ class GenerationSettings:
 
     def but(self, **changes: Any) -> GenerationSettings:
         return replace(self, **changes)
+
+    @property
+    def seeded(self) -> bool:
+        """Sampled with a seed of its own: the caller expects the answer that seed gave before."""
+        return self.temperature > 0 and self.seed is not None and self.seed != -1
