@@ -220,9 +220,7 @@ def test_a_seed_gives_the_same_answer_whatever_was_cached_before(qwen: Engine) -
 
     def run(messages: list[dict[str, str]]) -> tuple[list[int], list[float]]:
         events = list(
-            qwen.stream(
-                messages, max_tokens=24, temperature=0.8, seed=42, mode="none", logprobs=1
-            )
+            qwen.stream(messages, max_tokens=24, temperature=0.8, seed=42, mode="none", logprobs=1)
         )
         tokens = [t for e in events for t in e.tokens]
         return tokens, [logprob for e in events for logprob, _ in e.logprobs]

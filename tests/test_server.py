@@ -229,6 +229,11 @@ def test_malformed_tool_fields_are_the_clients_error(base: str) -> None:
         r = post(base, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
         assert r.status_code == 400, r.text
         assert "tool_calls[0].function must be an object" in r.json()["error"]["message"]
+    call = {"id": "1", "type": "function", "function": {"name": "w"}}  # no arguments
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [call]}]
+    r = post(base, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    assert "tool_calls[0].function.arguments is missing" in r.json()["error"]["message"]
     for function in ("w", ["w"]):
         choice = {"type": "function", "function": function}
         body = {"messages": [{"role": "user", "content": "hi"}], "tools": [weather]}
@@ -242,6 +247,14 @@ def test_malformed_json_and_large_body(base: str) -> None:
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
     r = httpx.post(f"{base}/v1/completions", content=b"x" * (2 << 20), timeout=30)
     assert r.status_code == 413
+    for body in (b"[]", b"null", b'"hi"'):
+        r = httpx.post(f"{base}/v1/chat/completions", content=body, timeout=30)
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["message"] == "the request body must be a JSON object"
+    # a check across fields names no field, and reads as the check's own sentence
+    body = {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}
+    error = post(base, "/v1/chat/completions", body).json()["error"]
+    assert error["message"] == "top_logprobs needs logprobs: true" and error["param"] is None
 
 
 def wait_for(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -446,6 +459,9 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
     if signals == 1:
         assert "the server is shutting down" in rest and rest.endswith("[DONE]")
         assert queued[0].status_code == 503  # waiting when the server stopped: never started
+        event = next(line for line in rest.splitlines() if '"error"' in line)
+        # the streamed error is the error object a JSON response would have held
+        assert json.loads(event.removeprefix("data: ")) == queued[0].json()
     with np.load(memory) as kept:
         assert kept["lengths"].size == 1  # the stopped request, prompt and answer so far
 

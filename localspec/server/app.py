@@ -144,7 +144,12 @@ class Server:
         except ValidationError as exc:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"] if not _TYPE_TAG.match(str(p)))
-            raise ApiError(400, f"{param}: {first['msg']}", param=param) from None
+            if first["type"] == "model_type":  # a list, a string, null...
+                raise ApiError(400, "the request body must be a JSON object") from None
+            # a validator's own message, without pydantic's "Value error, " before it
+            message = first["msg"].removeprefix("Value error, ")
+            where = f"{param}: " if param else ""
+            raise ApiError(400, f"{where}{message}", param=param or None) from None
         if req.n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
         limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"

@@ -251,11 +251,11 @@ class Reply:
             if (last is None or not last.finish_reason) and self.server.stopping:
                 raise ShuttingDown
         except LocalspecError as exc:
-            error = self.failed(exc)
-            yield error_event(error.status, error.message, error.kind)
+            yield data(self.failed(exc).body())
         except Exception as exc:  # the status line is sent: say it in the stream
             log.exception("%s: generation failed", self.endpoint)
-            yield error_event(500, f"generation failed: {type(exc).__name__}", "server_error")
+            failure = ApiError(500, f"generation failed: {type(exc).__name__}", "server_error")
+            yield data(failure.body())
         finally:
             await events.aclose()
             if last is not None and last.finish_reason:
@@ -303,10 +303,6 @@ def tool_reason(reason: str) -> str:
 
 def data(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload)}\n\n"
-
-
-def error_event(status: int, message: str, kind: str) -> str:
-    return data({"error": {"message": message, "type": kind, "param": None, "code": status}})
 
 
 async def stop_when_gone(request: Request, events: GenerationStream) -> None:

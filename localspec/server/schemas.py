@@ -89,6 +89,11 @@ class Message(BaseModel):
                     f"tool_calls[{i}].function must be an object with a string 'name' (and "
                     "'arguments', JSON text)"
                 )
+            if not isinstance(function.get("arguments"), str | dict):
+                raise ValueError(
+                    f"tool_calls[{i}].function.arguments is missing: the call's arguments as "
+                    "JSON text ('{}' for none)"
+                )
         return calls
 
     @model_validator(mode="after")

@@ -24,8 +24,9 @@ class ApiError(Exception):
         self.status, self.message, self.kind = status, message, kind
         self.param, self.code, self.headers = param, code, headers
 
-    def response(self) -> JSONResponse:
-        body = {
+    def body(self) -> dict[str, Any]:
+        """OpenAI's error object: the same in a JSON response and in a stream's error event."""
+        return {
             "error": {
                 "message": self.message,
                 "type": self.kind,
@@ -33,7 +34,9 @@ class ApiError(Exception):
                 "code": self.code,
             }
         }
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
