@@ -296,6 +296,7 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
         except httpx.TimeoutException:
             results["waiter"] = "gave up"
 
+    left_before = requests_counted(base, "/v1/completions", 499)
     first = threading.Thread(target=running)
     first.start()
     wait_for(lambda: health(base)["busy"])
@@ -313,9 +314,22 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
     first.join()
     assert "finished" not in results
     wait_for(lambda: not health(base)["busy"], seconds=5)  # stopped within a step or so
+    with contextlib.suppress(httpx.TimeoutException):  # a whole answer the client stops awaiting
+        post(base, "/v1/completions", {**long_body, "stream": False}, timeout=1.0)
+    wait_for(lambda: not health(base)["busy"], seconds=5)
     ok = post(base, "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "temperature": 0})
     assert ok.status_code == 200
     assert health(base) == {"status": "ok", "busy": False, "queue_depth": 0}
+    # each request that its client left is counted once: queued, streamed, awaited whole
+    assert requests_counted(base, "/v1/completions", 499) == left_before + 3
+
+
+def requests_counted(base: str, endpoint: str, status: int) -> float:
+    wanted = f'localspec_requests_total{{endpoint="{endpoint}",status="{status}"}} '
+    for line in httpx.get(f"{base}/metrics").text.splitlines():
+        if line.startswith(wanted):
+            return float(line.removeprefix(wanted))
+    return 0.0
 
 
 def test_metrics(base: str) -> None:

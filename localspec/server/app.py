@@ -325,9 +325,13 @@ class Server:
                 self.runner.release()  # got the turn just as it was cancelled: give it back
                 raise ApiError(499, "client closed the request while queued")
 
+    def ended(self, endpoint: str, status: int) -> None:
+        """Count a request once, with the status it ended with (499: the client left)."""
+        self.metrics.requests.labels(endpoint, str(status)).inc()
+
     def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None:
         self.metrics.record(stats)
-        self.metrics.requests.labels(endpoint, "200").inc()
+        self.ended(endpoint, 200)
         log.info(
             "%s %s: %d+%d tokens, %.1f tok/s, accepted %d/%d (L %.2f), %s",
             endpoint,
@@ -360,7 +364,7 @@ class Server:
                 return Reply(self, req, "none", endpoint, scored=scored).echoed(n_prompt)
             events = await self.start(request, args)
         except ApiError as exc:
-            self.metrics.requests.labels(endpoint, str(exc.status)).inc()
+            self.ended(endpoint, exc.status)
             return exc.response()
         settings: GenerationSettings = args["settings"]
         tools = settings.tools

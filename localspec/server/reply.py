@@ -40,6 +40,7 @@ class ReplyHost(Protocol):
     def envelope(self, chat: bool, rid: str) -> dict[str, Any]: ...
     def extras(self, stats: Stats, mode: str) -> dict[str, Any]: ...
     def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None: ...
+    def ended(self, endpoint: str, status: int) -> None: ...
     def token_bytes(self, token: int) -> bytes: ...
     @property
     def stopping(self) -> bool: ...
@@ -161,7 +162,7 @@ class Reply:
         if last is None or not last.finish_reason:
             if self.server.stopping:  # stopped because the server is stopping
                 return self.failed(ShuttingDown()).response()
-            log.info("%s %s: client went away, generation stopped", self.endpoint, self.mode)
+            self.gone()
             return Response(status_code=499)
         reason = last.finish_reason
         choice: dict[str, Any] = {"index": 0}
@@ -219,7 +220,7 @@ class Reply:
         return deltas + call_deltas(calls, tools.sent - len(calls))
 
     async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
-        last = None
+        last, failed = None, False
         tools = ToolCallStream(self.tool_format) if self.tool_format is not None else None
         try:
             if self.chat:
@@ -251,15 +252,20 @@ class Reply:
             if (last is None or not last.finish_reason) and self.server.stopping:
                 raise ShuttingDown
         except LocalspecError as exc:
+            failed = True
             yield data(self.failed(exc).body())
         except Exception as exc:  # the status line is sent: say it in the stream
+            failed = True
             log.exception("%s: generation failed", self.endpoint)
             failure = ApiError(500, f"generation failed: {type(exc).__name__}", "server_error")
+            self.server.ended(self.endpoint, failure.status)
             yield data(failure.body())
         finally:
             await events.aclose()
             if last is not None and last.finish_reason:
                 self.server.finished(self.endpoint, self.mode, last.stats, last.finish_reason)
+            elif not failed:  # the client closed the stream
+                self.gone()
             elif last is not None and not self.server.stopping:
                 log.info(
                     "%s %s: client went away after %d tokens",
@@ -270,13 +276,21 @@ class Reply:
         yield "data: [DONE]\n\n"
 
     def failed(self, exc: LocalspecError) -> ApiError:
-        if isinstance(exc, GenerationCancelled):  # stopped before its first token
-            if self.server.stopping:
-                exc = ShuttingDown()
-            else:
-                log.info("%s %s: client went away before the first token", self.endpoint, self.mode)
-                return ApiError(499, "client closed the request")
-        return generation_error(exc, f"{self.endpoint} {self.mode}")
+        """The API error of a generation that raised, counted in the metrics."""
+        if isinstance(exc, GenerationCancelled) and not self.server.stopping:
+            log.info("%s %s: client went away before the first token", self.endpoint, self.mode)
+            error = ApiError(499, "client closed the request")
+        elif isinstance(exc, GenerationCancelled):  # stopped before its first token
+            error = generation_error(ShuttingDown(), f"{self.endpoint} {self.mode}")
+        else:
+            error = generation_error(exc, f"{self.endpoint} {self.mode}")
+        self.server.ended(self.endpoint, error.status)
+        return error
+
+    def gone(self) -> None:
+        """The client left while its answer was being generated: the generation was stopped."""
+        log.info("%s %s: client went away, generation stopped", self.endpoint, self.mode)
+        self.server.ended(self.endpoint, 499)
 
 
 def generation_error(exc: LocalspecError, where: str) -> ApiError:
