@@ -22,9 +22,10 @@ from localspec.server.guard import is_loopback_host
 # How long a stopping server waits for its generation thread to leave the engine (it stops
 # after its current round; a long prompt's evaluation is the longest step there is).
 STOP_WAIT_S = 60.0
-# How long a stopping server waits for open connections (an answer's last round, a client
-# still sending its body) before closing them: a supervisor (docker stop, systemd) kills a
-# process that takes longer than 10 s, before the memory is saved.
+# How long a stopping server waits for open connections (an answer's last round, a reply a
+# slow client is still reading; one still sending its body is answered 503 at once) before
+# closing them: a supervisor (docker stop, systemd) kills a process that takes longer than
+# 10 s, before the memory is saved.
 CONNECTIONS_WAIT_S = 5.0
 
 

@@ -40,6 +40,7 @@ from localspec.server.guard import (
     origin_allowed,
 )
 from localspec.server.metrics import ServerMetrics
+from localspec.server.reply import DISCONNECT_POLL_S as POLL_S
 from localspec.server.reply import Reply, ShuttingDown
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
 from localspec.server.schemas import ChatRequest, CompletionRequest
@@ -122,20 +123,25 @@ class Server:
         limit = self.settings.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"request body larger than {limit} bytes")
-        body = b""
-        try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    raise ApiError(413, f"request body larger than {limit} bytes")
-        except ClientDisconnect:
-            raise ApiError(499, "client closed the request while sending it") from None
+        body = await self.receive_body(request, limit)
         try:
             return json.loads(body)
         except ValueError as exc:
             raise ApiError(400, f"malformed JSON body: {exc}") from None
         except RecursionError:
             raise ApiError(400, "malformed JSON body: nested too deeply") from None
+
+    async def receive_body(self, request: Request, limit: int) -> bytes:
+        """The body as the client sends it. A server that begins to stop meanwhile answers
+        at once (503) rather than wait for a slow client and cut it off with a bare 500."""
+        receiving = asyncio.create_task(_body(request, limit))
+        while True:
+            done, _ = await asyncio.wait({receiving}, timeout=POLL_S)
+            if done:
+                return receiving.result()
+            if self.stopping:
+                receiving.cancel()
+                raise ApiError(503, "the server is shutting down", "server_error")
 
     @staticmethod
     def parse(model: type[CompletionRequest] | type[ChatRequest], data: Any):  # type: ignore[no-untyped-def]
@@ -312,7 +318,7 @@ class Server:
         """Queue for the engine, leaving the queue if the client goes away meanwhile."""
         turn = asyncio.create_task(self.runner.acquire())
         while True:
-            done, _ = await asyncio.wait({turn}, timeout=0.2)
+            done, _ = await asyncio.wait({turn}, timeout=POLL_S)
             if done:
                 turn.result()  # raises QueueFull
                 return
@@ -451,6 +457,18 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 # the type names pydantic adds to an error's location (a union's member, a validator)
+async def _body(request: Request, limit: int) -> bytes:
+    body = b""
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise ApiError(413, f"request body larger than {limit} bytes")
+    except ClientDisconnect:
+        raise ApiError(499, "client closed the request while sending it") from None
+    return body
+
+
 _TYPE_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-.*)$")
 
 
