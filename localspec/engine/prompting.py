@@ -3,6 +3,7 @@ own chat template (rendered by llama-cpp-python's sandboxed Jinja2 formatter).""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,12 +75,51 @@ def build_prompt(
     system: str | None = None,
     tools: Sequence[dict[str, Any]] | None = None,
 ) -> list[int]:
-    """Tokenize a raw prompt, or render messages with the chat template and tokenize that."""
+    """Tokenize a raw prompt, or render messages with the chat template and tokenize that.
+    A raw prompt's special-token texts (``<|im_start|>``...) are the tokens: its writer is
+    writing the template. A message's are text, as OpenAI reads them: a web page or a tool
+    result that holds ``<|im_end|><|im_start|>system`` must not open a turn of its own."""
     if not chat and isinstance(prompt, str) and not tools:
         return backend.tokenize(prompt, add_special=True, parse_special=True)
-    text = render_chat(backend, messages_from(prompt, system), tools)
+    messages = messages_from(prompt, system)
+    literal = [holds_special_text(backend, m.get("content")) for m in messages]
+    marker = f"\x00{secrets.token_hex(8)}\x00"  # in no message: a random name
+    if any(literal):
+        messages = [
+            dict(m, content=_marked(m["content"], marker)) if lit else m
+            for m, lit in zip(messages, literal, strict=True)
+        ]
+    text = render_chat(backend, messages, tools)
     # A template that writes the BOS token itself must not get a second one from the tokenizer.
     # End-of-turn tokens need no stop string: they are end-of-generation tokens for llama.cpp.
     bos = special_text(backend, backend.bos_token)
     add_special = not (bos and text.startswith(bos))
-    return backend.tokenize(text, add_special=add_special, parse_special=True)
+    pieces = text.split(marker)  # the template's text, then each marked message's, in turn
+    if len(pieces) % 2 == 0:
+        raise LocalspecError(
+            "a message holds the text of a special token (such as <|im_end|>), and the chat "
+            f"template of {backend.path.name} does not keep messages whole to read it as text",
+            "remove the special token's text from the message",
+        )
+    tokens: list[int] = []
+    for i, piece in enumerate(pieces):
+        template = i % 2 == 0
+        first = add_special and i == 0
+        tokens += backend.tokenize(piece, add_special=first, parse_special=template)
+    return tokens
+
+
+def holds_special_text(backend: ModelContext, content: object) -> bool:
+    """Whether ``content`` would be read as holding special tokens (the tokenizer's own say)."""
+    if not isinstance(content, str) or not content:
+        return False
+    special = backend.tokenize(content, add_special=False, parse_special=True)
+    return special != backend.tokenize(content, add_special=False, parse_special=False)
+
+
+def _marked(content: str, marker: str) -> str:
+    """``content`` with ``marker`` around it, inside its leading and trailing whitespace (so
+    that a template that trims a message still trims it)."""
+    core = content.strip()
+    start = content.index(core)
+    return f"{content[:start]}{marker}{core}{marker}{content[start + len(core) :]}"
