@@ -8,9 +8,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
+from localspec.fileops import atomic_path
 from localspec.lossless import compare
 from localspec.measure import CEILING_SLACK, shown, undrafted, unearned
 from localspec.prompts import PromptCase
@@ -291,8 +293,14 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(Path(path)) as tmp:  # a full disk leaves no half image
+        fig.savefig(tmp, dpi=110, format=plot_format(path))
     plt.close(fig)
+
+
+def plot_format(path: str) -> str:
+    """The image format a ``--plot`` path asks for, by its extension (png by default)."""
+    return Path(path).suffix.lstrip(".").lower() or "png"
 
 
 def speedup_text(c: Cell, ceiling: float) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -42,6 +44,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# failures of the machine, not of localspec: a full disk, a quota, a read-only or failing device
+ENVIRONMENT_HINTS = {
+    errno.ENOSPC: "free some space, or write elsewhere",
+    errno.EDQUOT: "free some space, or write elsewhere",
+    errno.EFBIG: "write elsewhere (a file system without that size limit)",
+    errno.EROFS: "write elsewhere: that file system is read-only",
+    errno.EIO: "check the disk (dmesg), then run again",
+}
+
+
+def machine_failed(exc: OSError) -> str:
+    """One line for a file operation the machine refused. Standard output (a full disk,
+    /dev/full) is pointed at /dev/null: Python's exit would try to flush it again, and fail."""
+    if exc.filename is None:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    what = exc.filename or "the output"
+    return f"{what}: {exc.strerror}\n  hint: {ENVIRONMENT_HINTS[exc.errno]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -57,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `localspec ... | head`: the reader left, nothing to say
         return 141
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_HINTS:
+            print(f"localspec: error: {machine_failed(exc)}", file=sys.stderr)
+            return 1
         # A bug, not bad input: one line, the traceback only when asked for.
         if os.environ.get("LOCALSPEC_DEBUG"):
             raise

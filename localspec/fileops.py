@@ -26,6 +26,7 @@ from localspec.errors import LocalspecError
 from localspec.progress import status
 
 CHUNK = 8 << 20
+GGUF_MAGIC = b"GGUF"
 
 
 # Scratch files and folders carry their writer's process id: ``.NAME.pid<PID>-<random>.part``
@@ -94,6 +95,10 @@ def atomic_path(dest: Path) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, _mode_for(dest))  # mkstemp's files are private (0600)
         os.replace(tmp, dest)
+    except OSError as exc:
+        if exc.filename in (None, str(tmp)):  # a full disk...: say it of the file asked for
+            exc.filename = str(dest)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -148,9 +153,18 @@ def check_output_path(path: Path, flag: str) -> None:
     hint = f"give {flag} the path of a file in an existing, writable directory"
     if path.is_dir():
         raise LocalspecError(f"{flag} {path}: is a directory, not a file", hint)
+    if path.is_symlink():  # written through: the link's target must be a place to write
+        target = Path(os.path.realpath(path))
+        if not target.parent.is_dir():
+            raise LocalspecError(
+                f"{flag} {path}: a link into {target.parent}, which does not exist", hint
+            )
+        path = target
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise LocalspecError(f"{flag} {path}: the directory {parent} does not exist", hint)
+    if is_gguf(path):
+        raise LocalspecError(f"{flag} {path}: is a model (GGUF), not overwritten", hint)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise LocalspecError(f"{flag} {path}: cannot write into {parent}", hint)
     if path.exists() and not path.is_file():
@@ -161,6 +175,15 @@ def check_output_path(path: Path, flag: str) -> None:
         _new_scratch_file(path).unlink()
     except OSError as exc:
         raise LocalspecError(f"{flag} {path}: cannot write there ({exc.strerror})", hint) from None
+
+
+def is_gguf(path: Path) -> bool:
+    """A file that starts as a GGUF model does."""
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
 
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:

@@ -28,6 +28,7 @@ from localspec.catalog import Catalog, ModelEntry, file_problem, load_catalog, r
 from localspec.errors import LocalspecError
 from localspec.fileops import (
     CHUNK,
+    GGUF_MAGIC,
     atomic_path,
     built_file,
     intact_file,
@@ -39,8 +40,6 @@ from localspec.fileops import (
 )
 from localspec.hub_download import check_hub_sha256, resumable_hub_download
 from localspec.progress import byte_progress, plural, status
-
-GGUF_MAGIC = b"GGUF"
 
 
 def cache_dir() -> Path:

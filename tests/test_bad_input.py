@@ -119,6 +119,9 @@ def test_chat_with_a_missing_draft(capsys, smollm_path: Path) -> None:  # type: 
 
 
 def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    link, model = tmp_path / "report.json", tmp_path / "model.txt"
+    link.symlink_to(tmp_path / "gone" / "deeper" / "report.json")  # a link into nowhere
+    model.write_bytes(b"GGUF" + bytes(60))  # a model, whatever its name
     cases = [
         (["--json", str(tmp_path)], f"--json {tmp_path}: is a directory, not a file"),
         (["--markdown", str(tmp_path)], "--markdown"),
@@ -126,10 +129,14 @@ def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_pa
         # writable by its permission bits (for root), not in fact
         (["--json", "/proc/bench.json"], "--json /proc/bench.json: cannot write there"),
         (["--native", "/nope"], "--native /nope: no executable llama-speculative-simple"),
+        (["--plot", str(tmp_path / "x.txt")], "matplotlib writes no 'txt' images"),
+        (["--json", str(link)], f"a link into {link.resolve().parent}, which does not exist"),
+        (["--markdown", str(model)], "is a model (GGUF), not overwritten"),
     ]
     for extra, expected in cases:
         # the model does not exist either: the output check must come first
         assert_refused(*outcome(capsys, ["bench", MISSING, *extra]), expected)
+    assert not (tmp_path / "gone").exists()  # nothing created on the way
 
 
 def test_a_busy_port_is_refused_before_the_model_loads(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -249,6 +256,22 @@ def test_subprocess_output_has_no_traceback(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr and done.stderr.count("error:") == 1
+
+
+def test_a_full_disk_is_the_machine_s_failure_not_a_bug() -> None:
+    with open("/dev/full", "w") as full:  # every write: no space left on device
+        done = subprocess.run(
+            [sys.executable, "-m", "localspec", "models"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "localspec: error: the output: No space left on device",
+        "  hint: free some space, or write elsewhere",
+    ]
 
 
 # ----- chat files -------------------------------------------------------------------------

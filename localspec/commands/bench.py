@@ -120,6 +120,15 @@ def check_outputs(args: argparse.Namespace) -> None:
         raise LocalspecError(
             "--plot needs matplotlib, which is not installed", "pip install 'localspec[plot]'"
         )
+    if args.plot is not None:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        known = FigureCanvasBase.get_supported_filetypes()
+        if bench.plot_format(args.plot) not in known:
+            raise LocalspecError(
+                f"--plot {args.plot}: matplotlib writes no '{bench.plot_format(args.plot)}' images",
+                f"end the name with one of: {', '.join('.' + k for k in sorted(known))}",
+            )
     if args.native is not None:
         native.check_tool(Path(args.native))
 
