@@ -29,7 +29,8 @@ from localspec.fileops import atomic_path
 from localspec.progress import plural, status
 from localspec.sources import cache_dir
 
-FORMAT = "localspec-spec-memory-1"
+FORMAT_FAMILY, FORMAT_VERSION = "localspec-spec-memory-", 1
+FORMAT = f"{FORMAT_FAMILY}{FORMAT_VERSION}"
 SAVE_EVERY_S = 60.0
 DEFAULT_PARTITION = ""
 DEFAULT_MEMORY_MB = 50.0
@@ -153,9 +154,17 @@ class MemoryBank:
         except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile, EOFError):
             self._start_over(path, "it cannot be read whole")
             return
+        by_partition: dict[str, list[np.ndarray]] = {}
         for name, doc in parts:
-            self.partition(name).add(doc)
-        if parts:
+            by_partition.setdefault(name, []).append(doc)
+        kept = sum(self.partition(n).add_newest(docs) for n, docs in by_partition.items())
+        if kept < len(parts):  # a lower cap than the file was written with: it shrinks
+            status(
+                f"localspec: speculation memory: the newest {kept} of "
+                f"{plural(len(parts), 'earlier generation')} from {path} (the cap is "
+                f"{self.max_mb:g} MB; the file keeps only these from the next save)"
+            )
+        elif parts:
             status(
                 f"localspec: speculation memory: {plural(len(parts), 'earlier generation')} "
                 f"from {path}"
@@ -191,8 +200,16 @@ def _documents(
 ) -> list[tuple[str, np.ndarray]]:
     """(partition, tokens) of each remembered generation, oldest first; DamagedMemory (or
     KeyError: an array missing) when the file is not one localspec wrote whole."""
-    if _text(arrays["format"]) != FORMAT:
-        raise DamagedMemory(f"format {_text(arrays['format'])!r}")
+    written = _text(arrays["format"])
+    version = written.removeprefix(FORMAT_FAMILY)
+    if written.startswith(FORMAT_FAMILY) and version.isdigit() and int(version) > FORMAT_VERSION:
+        raise LocalspecError(
+            f"--spec-memory {path} was written by a newer localspec (format {written!r}): "
+            "not read, and not overwritten",
+            "upgrade localspec, or give this one another file",
+        )
+    if written != FORMAT:
+        raise DamagedMemory(f"format {written!r}")
     if _text(arrays["model"]) != model:
         raise LocalspecError(
             f"--spec-memory {path} holds the memory of another model ({arrays['model']})",

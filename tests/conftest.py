@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from localspec import Engine
+from localspec.progress import show_status_lines
 from localspec.sources import resolve_model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def status_lines_on_stderr() -> None:
+    """Status lines as the command line shows them (on stderr), whichever test runs first:
+    the first in-process ``cli.main`` would set this for every test after it."""
+    show_status_lines()
 
 
 @pytest.fixture(scope="session")

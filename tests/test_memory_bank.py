@@ -200,3 +200,29 @@ def test_one_writer_per_memory_file(tmp_path: Path) -> None:
     assert second.partition().lookup([1, 2, 3, 4], 2)[0] == ANSWER[:2]
     second.close()
     assert list(tmp_path.iterdir()) == [path]  # no lock file beside the user's file
+
+
+def test_a_file_of_a_newer_format_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "mem.npz"
+    _written(path)
+    _rewritten(path, format=np.array("localspec-spec-memory-2"))
+    before = path.read_bytes()
+    with pytest.raises(LocalspecError, match="written by a newer localspec"):
+        MemoryBank(1.0, path, "model-a", 1000)
+    assert path.read_bytes() == before
+
+
+def test_a_lower_cap_keeps_the_newest_generations_and_says_so(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "mem.npz"
+    bank = MemoryBank(10.0, path, "model-a")
+    docs = [[n, n + 1, n + 2, n + 3, *range(1000, 1000 + 5000)] for n in range(0, 400, 4)]
+    for doc in docs:  # 100 generations of 5004 tokens
+        bank.remember(doc)
+    bank.close()
+    capsys.readouterr()
+    small = MemoryBank(0.1, path, "model-a")  # room for a few of them
+    kept = small.partition()
+    assert 0 < len(kept) < len(docs)
+    assert f"the newest {len(kept)} of 100 earlier generations" in capsys.readouterr().err
+    newest = [d.tolist() for d in kept.documents()]
+    assert newest == docs[-len(kept) :]

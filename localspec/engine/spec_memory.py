@@ -108,6 +108,20 @@ class SpecMemory:
         else:
             self._append(doc)
 
+    def add_newest(self, docs: Sequence[np.ndarray]) -> int:
+        """Remember the newest of ``docs`` (oldest first) that fit under the cap together,
+        in one pass (one ``add`` at a time would rebuild the index at each eviction).
+        Returns how many were kept."""
+        room, newest = self.max_tokens - self.n_tokens, []
+        for doc in reversed(docs):
+            if doc.size > room:
+                break
+            room -= doc.size
+            newest.append(doc)
+        for doc in reversed(newest):
+            self.add(doc)
+        return len(newest)
+
     def _append(self, doc: np.ndarray) -> None:
         start = self._used
         need = start + doc.size + 1
