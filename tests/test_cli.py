@@ -23,6 +23,15 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
+def test_a_compare_with_no_token_measures_no_speedup(smollm_path: Path) -> None:
+    # SmolLM2 ends this raw prompt at once (greedy): there is no speed to compare
+    argv = ["run", str(smollm_path), "-p", "Write a long story about a dragon.", "-n", "16"]
+    done = run_cli(*argv, "--compare", "--json")
+    report = json.loads(done.stdout)
+    assert report["n_tokens"] == 0 and report["speedup"] is None
+    assert "no token was generated" in run_cli(*argv, "--compare").stderr
+
+
 def test_run_json_compare_on_code_edit(qwen_path: Path) -> None:
     done = run_cli("run", str(qwen_path), "-n", "64", "--json", "--compare")
     assert done.returncode == 0, done.stderr

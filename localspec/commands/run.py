@@ -128,10 +128,11 @@ def run(args: argparse.Namespace) -> int:
     if plain is not None and plain_after is not None:
         plain_runs = [plain.stats.tokens_per_s, plain_after.stats.tokens_per_s]
         plain_speed = sum(plain_runs) / 2
-        speedup = stats.tokens_per_s / plain_speed if plain_speed else 0.0
+        # no token, no speed: a speedup of nothing is no figure (null, not 0)
+        measured = plain_speed > 0 and stats.n_tokens > 0
         report["plain_tokens_per_s"] = round(plain_speed, 3)
         report["plain_runs_tokens_per_s"] = [round(x, 3) for x in plain_runs]
-        report["speedup"] = round(speedup, 3)
+        report["speedup"] = round(stats.tokens_per_s / plain_speed, 3) if measured else None
         unchecked = why_not_comparable(args, engine.mode)
         if unchecked is None:
             greedy = args.temperature == 0
@@ -194,10 +195,12 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
             f"  adaptive: {s['pauses']} pause(s), {s['shadow_checks']} shadow check(s)"
             + (", paused at the end" if s["paused"] else "")
         )
-    if "speedup" in report:
+    if report.get("speedup") is not None:
         lines.append(
             f"  plain {report['plain_tokens_per_s']:.1f} tok/s -> speedup {report['speedup']:.2f}x"
         )
+    elif "speedup" in report:
+        lines.append("  speedup: none measured (no token was generated)")
     lossless = report.get("lossless")
     if lossless is not None and not lossless["checked"]:
         lines.append(f"  lossless: not checked ({lossless['why']})")
