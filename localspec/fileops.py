@@ -232,7 +232,10 @@ def intact_file(path: Path, stamp: Path) -> bool:
         recorded, size = str(data["sha256"]), int(data["size"])
     except (OSError, ValueError, KeyError, TypeError):
         recorded, size = None, -1
-    if recorded is None or path.stat().st_size != size or sha256_file(path) != recorded:
+    if recorded is None:  # the file may be whole: its record is what was lost
+        status(f"{path.name}: the record of its checksum is missing; rebuilding it", True)
+        return False
+    if path.stat().st_size != size or sha256_file(path) != recorded:
         status(
             f"{path.name} is damaged (it does not match the checksum recorded when it was "
             "built); rebuilding it",

@@ -118,6 +118,13 @@ def test_chat_with_a_missing_draft(capsys, smollm_path: Path) -> None:  # type: 
     assert_refused(code, text, "'nope-draft' is neither a .gguf file nor a model")
 
 
+def test_chat_with_a_memory_file_it_cannot_write(capsys, smollm_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # refused on the terminal, before the full-screen interface starts
+    memory = str(tmp_path / "no" / "memory.npz")
+    code, text = outcome(capsys, ["chat", str(smollm_path), "--spec-memory", memory])
+    assert_refused(code, text, f"the directory {tmp_path / 'no'} does not exist")
+
+
 def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     link, model = tmp_path / "report.json", tmp_path / "model.txt"
     link.symlink_to(tmp_path / "gone" / "deeper" / "report.json")  # a link into nowhere

@@ -126,3 +126,8 @@ def test_pairs_bad_input(capsys, tmp_path, qwen_path) -> None:  # type: ignore[n
     assert main(["pairs", str(tmp_path / "missing.gguf")]) == 2
     assert main(["pairs", str(qwen_path), "--scan", str(tmp_path / "nope")]) == 2
     assert "no such folder" in capsys.readouterr().err
+    assert main(["pairs", str(qwen_path), "--scan", str(qwen_path)]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the candidates are optional: only the target is asked for
+        main(["pairs"])
+    assert "required: target\n" in capsys.readouterr().err

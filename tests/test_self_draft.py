@@ -34,7 +34,7 @@ def test_layer_specs() -> None:
     ("spec", "words"),
     [
         ("0-24", "outside the target's layers 0-23"),
-        ("5-2", "outside"),
+        ("5-2", "'5-2' runs backwards"),
         ("a-b", "cannot read 'a-b'"),
         ("skip-every=1", "K must be an integer >= 2"),
         ("0-23", "keeps all 24 layers"),

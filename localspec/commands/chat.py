@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from localspec.commands.flags import (
     add_length_and_temperature,
@@ -14,7 +15,7 @@ from localspec.commands.flags import (
 
 
 def run(args: argparse.Namespace) -> int:
-    from localspec.api import validate_sampling
+    from localspec.api import check_memory_file, validate_sampling
     from localspec.sources import resolve_model
     from localspec.tui.app import ChatApp, ChatOptions
 
@@ -26,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     options["target"] = str(resolve_model(options["target"]))
     if options["draft"] is not None:
         options["draft"] = str(resolve_model(options["draft"]))
+    if isinstance(options["spec_memory_path"], str):  # a file named: one the chat may write
+        check_memory_file(Path(options["spec_memory_path"]))
     app = ChatApp(
         ChatOptions(
             **options, system=args.system, temperature=args.temperature, max_tokens=args.max_tokens

@@ -38,7 +38,8 @@ def hf_cache_ggufs() -> list[Path]:
 
 def scan_folder(folder: Path) -> list[Path]:
     if not folder.is_dir():
-        raise LocalspecError(f"--scan {folder}: no such folder", "give an existing directory")
+        what = "is a file, not a folder" if folder.exists() else "no such folder"
+        raise LocalspecError(f"--scan {folder}: {what}", "give an existing directory")
     return sorted(p for p in folder.rglob("*.gguf") if p.is_file())
 
 
@@ -191,7 +192,10 @@ def print_pairs(info, rows, notes, known) -> None:  # type: ignore[no-untyped-de
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("pairs", help="which draft models work with a target, and why")
     p.add_argument("target", help="target model: a .gguf path or a catalog name")
-    p.add_argument("candidates", nargs="*", help="draft candidates (paths or catalog names)")
+    # a default: argparse would call the optional list required when the target is missing
+    p.add_argument(
+        "candidates", nargs="*", default=[], help="draft candidates (paths or catalog names)"
+    )
     p.add_argument(
         "--scan",
         action="append",

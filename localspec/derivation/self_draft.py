@@ -58,9 +58,15 @@ def parse_layers(spec: str, n_layer: int) -> tuple[int, ...]:
                 )
             lo = int(match.group(1))
             hi = int(match.group(2) or lo)
-            if hi < lo or hi >= n_layer:
+            if hi < lo:
                 raise LocalspecError(
-                    f"{flag} '{spec}': '{part}' is outside the target's layers 0-{n_layer - 1}"
+                    f"{flag} '{spec}': '{part}' runs backwards",
+                    f"write the lower layer first: {hi}-{lo}",
+                )
+            if hi >= n_layer:
+                raise LocalspecError(
+                    f"{flag} '{spec}': '{part}' is outside the target's layers 0-{n_layer - 1}",
+                    f"the target has {n_layer} layers, numbered from 0",
                 )
             kept.extend(range(lo, hi + 1))
     layers = tuple(sorted(set(kept)))
