@@ -471,7 +471,8 @@ def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # ty
     the engine answers as before afterwards."""
     from localspec import LocalspecError
 
-    before = qwen.generate("def add(a, b):", max_tokens=6, mode="none").tokens
+    # reproducible: whatever an earlier test left cached, the prompt is read as afresh
+    before = qwen.generate("def add(a, b):", max_tokens=6, mode="none", reproducible=True).tokens
     for arguments, expected in WRONG_GENERATION_ARGUMENTS:
         kwargs = {"prompt": "def add(a, b):", "max_tokens": 6, **arguments}
         with pytest.raises(LocalspecError, match=re.escape(expected)) as refused:
@@ -480,11 +481,13 @@ def test_generation_arguments_of_the_wrong_type_are_refused(qwen) -> None:  # ty
     with pytest.raises(LocalspecError) as misspelt:
         qwen.generate("x", max_tokens=2, temprature=0.5)
     assert misspelt.value.hint == "did you mean temperature?"
-    assert qwen.generate("def add(a, b):", max_tokens=6, mode="none").tokens == before
+    again = qwen.generate("def add(a, b):", max_tokens=6, mode="none", reproducible=True)
+    assert again.tokens == before
     # a string is one stop string, as in OpenAI's API (not one per character)
-    full = qwen.generate("def add(a, b):", max_tokens=16, mode="none").text
+    kwargs = {"max_tokens": 16, "mode": "none", "reproducible": True}
+    full = qwen.generate("def add(a, b):", **kwargs).text
     assert " + " in full
-    stopped = qwen.generate("def add(a, b):", max_tokens=16, mode="none", stop=" + ").text
+    stopped = qwen.generate("def add(a, b):", **kwargs, stop=" + ").text
     assert stopped == full.split(" + ")[0]
 
 
