@@ -83,7 +83,9 @@ def build_prompt(
         return backend.tokenize(prompt, add_special=True, parse_special=True)
     messages = messages_from(prompt, system)
     literal = [holds_special_text(backend, m.get("content")) for m in messages]
-    marker = f"\x00{secrets.token_hex(8)}\x00"  # in no message: a random name
+    # in no message (a random name), and plain ASCII letters: a template that trims,
+    # escapes or JSON-encodes a message keeps it as it is
+    marker = f"LOCALSPECTEXT{secrets.token_hex(8)}"
     if any(literal):
         messages = [
             dict(m, content=_marked(m["content"], marker)) if lit else m
