@@ -133,7 +133,7 @@ SPEC_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
         str,
         "auto",
         "draft-self: weight type of the draft, every tensor (auto: Q4_0 unless the target is "
-        "that small already; none: the target's types; Q8_0; Q4_K_M; Q4_0)",
+        "that small already; none: the target's types; F16; Q8_0; Q4_K_M; Q4_0)",
     ),
 )
 

@@ -27,7 +27,7 @@ from localspec.measure import Budget, shown
 from localspec.pairing import MAX_USEFUL_SIZE_RATIO, draftless_modes
 from localspec.probe_results import WORTH_IT, ProbeConfig
 from localspec.progress import plural, report_console
-from localspec.prompts import PromptCase, select_prompts
+from localspec.prompts import KINDS, PromptCase, select_prompts
 from localspec.sources import resolve_model
 
 
@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     wanted = parse_modes(args.modes)
     catalog = load_catalog()
     target = resolve_model(args.target, catalog)
-    console = report_console(stderr=args.json)
+    # stdout holds only what a script keeps: the JSON report, or the exported command
+    console = report_console(stderr=args.json or args.export is not None)
     run = ProbeRun(target, machine_load())
     draftless, compatible = plan(args, run, catalog, wanted)
     console.print(run.machine.describe())
@@ -304,7 +305,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--prompts",
         default="code-edit,qa",
-        help="prompt kinds (code-edit,code,qa,summary,creative,french,json) or a file",
+        help=f"prompt kinds ({','.join(KINDS)}), suite, suite:tune, suite:held-out, or a file",
     )
     p.add_argument("--lengths", default="4,8,16", help="draft lengths to try")
     p.add_argument(
@@ -318,8 +319,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--repeat",
         type=at.integer(2, 50),
         default=4,
-        help="speculative runs per configuration and prompt at most, each between two plain "
-        "runs (default 4; 2 are made unless the first agrees with the prediction, more while "
+        help="speculative runs per configuration and prompt at most, 2-50, each between two "
+        "plain runs (default 4; 2 are made unless the first agrees with the prediction, more while "
         "their spread is wide)",
     )
     p.add_argument(
@@ -343,6 +344,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--export",
         choices=("llama-server", "vllm"),
         default=None,
-        help="print the winner as a llama-server command or a vLLM config",
+        help="print the winner as a llama-server command or a vLLM config (alone on stdout: "
+        "the table goes to stderr)",
     )
     p.set_defaults(handler=run)

@@ -191,9 +191,12 @@ def print_summary(report: dict) -> None:  # type: ignore[type-arg]
                 f"({100 * d['acceptance_rate']:.1f}%)"
             )
     if drafters:
+        # an answer starts held back, until shadow checks say drafting pays (sure copies
+        # are drafted meanwhile); pauses count the stops after that
+        held = "held back to the end" if s["pauses"] == 0 else "paused at the end"
         lines.append(
             f"  adaptive: {s['pauses']} pause(s), {s['shadow_checks']} shadow check(s)"
-            + (", paused at the end" if s["paused"] else "")
+            + (f", {held}" if s["paused"] else "")
         )
     if report.get("speedup") is not None:
         lines.append(

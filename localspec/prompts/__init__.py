@@ -88,7 +88,8 @@ def select_prompts(spec: str) -> list[PromptCase]:
     if unknown or not kinds:
         raise LocalspecError(
             f"--prompts: unknown kind(s) {', '.join(unknown) or '(none)'}",
-            f"use kinds from {', '.join(KINDS)}, or a prompt file",
+            f"use kinds from {', '.join(KINDS)}, suite (suite:tune, suite:held-out), "
+            "or a prompt file",
         )
     prompts = builtin_prompts() + suite_prompts()  # a kind without a built-in one: the suite's
     return [next(p for p in prompts if p.kind == k) for k in kinds]
