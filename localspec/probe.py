@@ -274,18 +274,19 @@ def recommendation(ranking: Sequence[Ranked]) -> str:
     lines = []
     if estimate.noisy:
         lines.append(
-            f"the best estimate is {estimate.config.label} at {estimate.speedup:.2f}x, but the "
-            "machine was too busy to measure it reliably: rerun when it is quieter, or give "
-            "it more time with --budget"
+            f"the best estimate is {estimate.config.label} at {estimate.speedup:.2f}x, but its "
+            "runs spread too widely to measure it reliably (other work on the machine, or "
+            "runs too short): rerun when it is quieter, or give it more time with --budget"
         )
     if best is None:
         lines[0] = "no configuration could be measured reliably: " + lines[0]
         return "\n".join(lines)
+    which = "the best measured reliably" if estimate.noisy else "the best"
     if best.speedup >= WORTH_IT:
         lines.append(f"use {best.config.label}: {best.speedup:.2f}x plain decoding overall")
     else:
         lines.append(
-            f"don't speculate on this machine for these prompts: the best, "
+            f"don't speculate on this machine for these prompts: {which}, "
             f"{best.config.label}, gives {best.speedup:.2f}x"
         )
     for kind, speedup in sorted(best.by_kind.items()):

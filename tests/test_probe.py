@@ -3,6 +3,7 @@ maths and the prompt files without llama.cpp."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -178,6 +179,15 @@ def test_rank_uses_geometric_means_and_recommends_honestly() -> None:
     assert "for creative prompts: use draft-model d.gguf n=4 (1.20x)" in text
     slow = rank([fake(ngram, "creative", 9.0)])
     assert recommendation(slow).startswith("don't speculate on this machine")
+    # an estimate ranked first (its runs too spread to trust) is not what the advice follows
+    unsure = [dataclasses.replace(r, noisy=True) if r.config == draft else r for r in rank(ms)]
+    unsure = [r for r in unsure if r.config == draft] + [
+        dataclasses.replace(r, speedup=0.5) for r in unsure if r.config == ngram
+    ]
+    text = recommendation(unsure)
+    assert "the best estimate is draft-model d.gguf n=4" in text
+    advice = "don't speculate on this machine for these prompts: the best measured reliably"
+    assert f"{advice}, ngram-simple n=8, gives 0.50x" in text
 
 
 def test_export_commands() -> None:
