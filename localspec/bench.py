@@ -290,7 +290,7 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="plain decoding")
     ax.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(labels))], labels)
     ax.set_ylabel("speedup vs plain (median, min-max)")
-    ax.set_title(title)
+    ax.set_title(title, wrap=True)  # the machine line can be longer than the plot
     ax.legend()
     fig.tight_layout()
     with atomic_path(Path(path)) as tmp:  # a full disk leaves no half image
