@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -155,6 +156,12 @@ def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
     assert "ceiling for speculation here" in out and "GPU offload" in out
     assert "flash attention on" in " ".join(out.split())
     assert "machine quiet" in out or "machine busy" in out
+    # the ceiling follows from the two figures printed beside it
+    flat = " ".join(out.split())
+    step, size, batch, ceiling = re.search(
+        r"one-token step ([\d.]+) ms; batch of (\d+) ([\d.]+) ms.*?here: ([\d.]+)x", flat
+    ).groups()
+    assert float(ceiling) == pytest.approx(int(size) * float(step) / float(batch), rel=0.03)
 
 
 def test_an_interrupted_repeat_without_its_plain_run_is_summarised() -> None:

@@ -39,13 +39,14 @@ def run(args: argparse.Namespace) -> int:
             f"model: {engine.target_path}; flash attention "
             f"{'auto (llama.cpp decides)' if fa == 'auto' else fa}"
         )
+        size, seconds = cost.ceiling_batch()
         console.print(
             f"one-token step {1000 * cost.seconds[0]:.1f} ms; "
-            f"batch of {int(cost.sizes[-1])} {1000 * cost.seconds[-1]:.1f} ms"
+            f"batch of {size} {1000 * seconds:.1f} ms"
         )
         console.print(
-            f"ceiling for speculation here: {cost.ceiling():.2f}x "
-            "(no drafting can beat batch/one-token throughput)"
+            f"ceiling for speculation here: {cost.ceiling():.2f}x ({size} tokens in that batch's "
+            "time against one-token steps: no drafting can beat it)"
         )
     return 0
 

@@ -78,7 +78,15 @@ class VerifyCost:
 
     def ceiling(self) -> float:
         """The best speedup any drafting could give here: max over n of n * t(1) / t(n)."""
-        return float(np.max(self.sizes * self.seconds[0] / self.seconds))
+        return float(np.max(self._throughput_gains()))
+
+    def ceiling_batch(self) -> tuple[int, float]:
+        """The batch where the ceiling is reached: its size, and its measured seconds."""
+        i = int(np.argmax(self._throughput_gains()))
+        return int(self.sizes[i]), float(self.seconds[i])
+
+    def _throughput_gains(self) -> np.ndarray:
+        return self.sizes * self.seconds[0] / self.seconds
 
 
 def one_token_seconds(backend: ModelContext, samples: int = 5) -> float:
