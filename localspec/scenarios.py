@@ -23,6 +23,8 @@ else:  # pragma: no cover
 
 from localspec.api import Engine
 from localspec.errors import LocalspecError
+from localspec.measure import unearned
+from localspec.progress import plural
 
 PLAIN, LOOKUP = "none", "ngram-simple"  # what every memory mode is compared with
 # the first request of each scenario where the memory is expected to pay (docs/benchmarks.md)
@@ -198,8 +200,10 @@ def headline(cells: Sequence[RequestCell], mode: str) -> list[str]:
             continue
         plain = statistics.median(c.vs_plain[0] for c in later)
         lookup = statistics.median(c.vs_lookup[0] for c in later)
+        noisy = sum(bool(unearned(c.vs_plain[0], c.acceptance_rate > 0)) for c in later)
+        caveat = f"; {plural(noisy, 'request')} of them noisy" if noisy else ""
         lines.append(
             f"{scenario}, requests {start}-{max(c.index for c in later)}: {mode} "
-            f"{plain:.2f}x plain, {lookup:.2f}x ngram-simple (median)"
+            f"{plain:.2f}x plain, {lookup:.2f}x ngram-simple (median{caveat})"
         )
     return lines

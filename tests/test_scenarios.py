@@ -65,6 +65,12 @@ def test_each_request_is_compared_within_its_repeat() -> None:
     assert cells[("suffix+ngram-simple", 1)].vs_plain == (1.0, 1.0, 1.0)
     (line,) = headline(list(cells.values()), "suffix+ngram-simple")
     assert line.startswith("agent, requests 2-2: suffix+ngram-simple 2.75x plain, 2.20x")
+    assert "noisy" not in line
+    # faster than plain with nothing accepted: the machine moved, and the summary says so
+    runs += [run("none", 0, 3, 40.0), run("ngram-simple", 0, 3, 40.0)]
+    runs.append(RequestRun("agent", "suffix+ngram-simple", 0, 3, 100, 50.0, 10, 0, 0))
+    (line,) = headline(summarise_requests(runs), "suffix+ngram-simple")
+    assert line.endswith("(median; 1 request of them noisy)")
 
 
 def test_a_tiny_scenario_bench_writes_json_and_markdown(
