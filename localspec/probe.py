@@ -256,14 +256,19 @@ def chosen(ranking: Sequence[Ranked]) -> Ranked | None:
 
 
 def best_per_config_family(ranking: Sequence[Ranked]) -> list[Ranked]:
-    """Keep the best draft length of each (mode, draft): the table users need."""
+    """Keep the best draft length of each (mode, draft): the table users need. When that
+    best is only an estimate, the family's best measured length is kept too: it may be the
+    row ``--mode auto`` runs, and the table must show what the advice names."""
     seen: set[tuple[str, str | None]] = set()
+    measured: set[tuple[str, str | None]] = set()
     kept = []
     for r in ranking:
         key = (r.config.mode, r.config.draft)
-        if key not in seen:
-            seen.add(key)
+        if key not in seen or (not r.noisy and key not in measured):
             kept.append(r)
+        seen.add(key)
+        if not r.noisy:
+            measured.add(key)
     return kept
 
 

@@ -17,7 +17,14 @@ from localspec import Engine
 from localspec.cli import main
 from localspec.errors import LocalspecError
 from localspec.measure import Pair, judge
-from localspec.probe import Measurement, export_command, rank, recommendation
+from localspec.probe import (
+    Measurement,
+    best_per_config_family,
+    chosen,
+    export_command,
+    rank,
+    recommendation,
+)
 from localspec.probe_results import ProbeConfig, saved_choice
 from localspec.prompts import load_prompt_file, select_prompts
 
@@ -66,9 +73,11 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
     ]
     assert report["recommendation"]
 
-    # the saved winner: the best measured configuration, else the best estimate
-    measured = [r for r in report["ranking"] if not r["noisy"]]
-    winner = measured[0] if measured else report["ranking"][0]
+    # the saved winner: the best measured configuration, else the best estimate; the table
+    # shows it, even behind a noisy length of its own configuration
+    measured = [r for r in report["all_lengths"] if not r["noisy"]]
+    winner = measured[0] if measured else report["all_lengths"][0]
+    assert report["winner"] == winner and winner in report["ranking"]
     if winner["noisy"]:  # a busy machine: auto refuses what could not be measured reliably
         with pytest.raises(LocalspecError, match="could not measure its winner reliably"):
             saved_choice(qwen_f16_path)
@@ -188,6 +197,22 @@ def test_rank_uses_geometric_means_and_recommends_honestly() -> None:
     assert "the best estimate is draft-model d.gguf n=4" in text
     advice = "don't speculate on this machine for these prompts: the best measured reliably"
     assert f"{advice}, ngram-simple n=8, gives 0.50x" in text
+
+
+def test_the_table_keeps_the_row_mode_auto_runs() -> None:
+    """The best length of a configuration may be an estimate (noisy) and a shorter one of
+    the same configuration the best measured: the table keeps both, or the advice and
+    ``--mode auto`` would name a row nobody was shown."""
+    ngram8, ngram4 = ProbeConfig("ngram-simple", 8), ProbeConfig("ngram-simple", 4)
+    draft = ProbeConfig("draft-model", 4, "/m/d.gguf")
+    ranking = rank([fake(ngram8, "qa", 14.0), fake(ngram4, "qa", 12.0), fake(draft, "qa", 10.5)])
+    ranking = [dataclasses.replace(r, noisy=r.config == ngram8) for r in ranking]
+    table = best_per_config_family(ranking)
+    assert [r.config for r in table] == [ngram8, ngram4, draft]
+    assert chosen(ranking) is not None and chosen(ranking).config == ngram4
+    # when the best length is measured, the family has one row, as before
+    measured = [dataclasses.replace(r, noisy=False) for r in ranking]
+    assert [r.config for r in best_per_config_family(measured)] == [ngram8, draft]
 
 
 def test_export_commands() -> None:

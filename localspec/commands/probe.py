@@ -223,6 +223,7 @@ def report(
 ) -> None:
     ranking = run.ranking
     best = probe.best_per_config_family(ranking)
+    winner = probe.chosen(ranking)
     elapsed = time.monotonic() - run.started
     if args.json:
         print(
@@ -232,6 +233,7 @@ def report(
                     "machine": run.machine.to_dict(),
                     "ceiling": round(run.ceiling, 3),
                     "seconds": round(elapsed, 1),
+                    "winner": probe.ranked_dict(winner) if winner else None,
                     "ranking": [probe.ranked_dict(r) for r in best],
                     "all_lengths": [probe.ranked_dict(r) for r in ranking],
                     "measurements": [probe.measurement_dict(m) for m in run.measurements],
