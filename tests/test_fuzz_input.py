@@ -145,7 +145,7 @@ catalog_data = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(catalog_data)
 def test_fuzzed_catalogs_load_or_say_why(data: dict) -> None:  # type: ignore[type-arg]
     try:

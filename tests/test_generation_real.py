@@ -38,8 +38,11 @@ def test_seeded_sampling_is_reproducible(qwen: Engine, qwen_self_draft: Engine) 
 
 def test_stop_string_inside_accepted_draft_ends_there(qwen: Engine) -> None:
     stop = "def low_stock"
-    spec = list(qwen.stream(CODE_EDIT, chat=True, max_tokens=400, stop=[stop]))
-    plain = qwen.generate(CODE_EDIT, chat=True, max_tokens=400, stop=[stop], mode="none")
+    # a fixed schedule: where drafts begin must not depend on this run's calibration
+    fixed = SpecConfig(n_max=16, adaptive=False)
+    kwargs = {"chat": True, "max_tokens": 400, "stop": [stop], "reproducible": True}
+    spec = list(qwen.stream(CODE_EDIT, spec=fixed, **kwargs))
+    plain = qwen.generate(CODE_EDIT, mode="none", **kwargs)
     text = "".join(e.text for e in spec)
     last = spec[-1]
     assert last.finish_reason == "stop"
@@ -201,14 +204,16 @@ def test_a_reproducible_schedule_does_not_depend_on_timing(qwen: Engine, monkeyp
 
     cases = [p for p in builtin_prompts() if p.kind in ("creative", "french", "json")]
     for case in cases:
-        runs, verify_ms = {}, {}
+        runs = {}
         for stall in (0.0, 0.03):
             monkeypatch.setattr(loop, "time", StallingClock(stall))
             result = qwen.generate(case.text, chat=True, max_tokens=80, reproducible=True)
             runs[stall] = (result.stats.drafted_at, result.tokens)
-            verify_ms[stall] = result.stats.verify_ms
         assert runs[0.0] == runs[0.03], case.name
-        assert verify_ms[0.03] > verify_ms[0.0] + 1000, case.name
+        # every verification was timed stall seconds longer (a floor that holds however
+        # busy the machine is, unlike a comparison with the quiet run's wall-clock time)
+        assert result.stats.rounds > 0
+        assert result.stats.verify_ms >= 1000 * 0.03 * result.stats.rounds, case.name
 
 
 def test_a_seed_gives_the_same_answer_whatever_was_cached_before(qwen: Engine) -> None:

@@ -105,7 +105,7 @@ def test_ctrl_c_during_a_derivation_stops_it_and_leaves_no_file(derived_env) -> 
         time.sleep(0.01)
     code, out, seconds = interrupt(proc)
     assert code == 130, out
-    assert seconds < 2, "Ctrl-C waited for the quantizer to finish"
+    assert seconds < 3, "Ctrl-C waited for the quantizer to finish"
     assert "Traceback" not in out
     assert not list(folder.iterdir()), list(folder.iterdir())  # no .part, no half model
 

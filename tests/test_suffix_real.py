@@ -13,6 +13,7 @@ PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a
 
 
 def test_a_request_asked_again_is_drafted_from_the_first_answer(qwen: Engine) -> None:
+    qwen.memory.clear()  # what other tests left must not be what drafts here
     plain = qwen.generate(
         PROMPT, chat=True, max_tokens=64, temperature=0, mode="none", record_margins=True
     )
@@ -24,6 +25,7 @@ def test_a_request_asked_again_is_drafted_from_the_first_answer(qwen: Engine) ->
 
 
 def test_a_chain_falls_back_on_the_lookup_when_memory_has_nothing(qwen: Engine) -> None:
+    qwen.memory.clear()
     fresh = "Rename `total` to `grand_total` and print the file:\n\n" + "\n".join(
         f"total = total + item_{i}.price * item_{i}.count" for i in range(12)
     )
