@@ -87,7 +87,7 @@ class GenerationResult:
     stats: Stats
     mode: str
     margins: list[float] = field(default_factory=list)
-    runners_up: list[int] = field(default_factory=list)
+    runners_up: list[tuple[int, ...]] = field(default_factory=list)
 
 
 def resolve_mode(mode: str | None, has_draft: bool, suffix_first: bool = False) -> str:

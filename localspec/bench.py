@@ -36,7 +36,7 @@ class Run:
     verify_ms: float
     tokens: tuple[int, ...] = field(repr=False, default=())
     margins: tuple[float, ...] = field(repr=False, default=())
-    runners_up: tuple[int, ...] = field(repr=False, default=())
+    runners_up: tuple[tuple[int, ...], ...] = field(repr=False, default=())
 
 
 @dataclass(frozen=True)

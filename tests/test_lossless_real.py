@@ -92,3 +92,23 @@ def test_speculation_is_lossless_with_flash_attention_on_too(qwen_path: Path) ->
     if not llama_cpp.llama_supports_gpu_offload():
         with Engine.load(qwen_path, mode="ngram-simple", n_ctx=256) as engine:
             assert engine.target.flash_attn == "off"
+
+
+PRIME = "Write a Python function that checks whether a number is prime."
+
+
+def test_three_logits_in_a_near_tie_are_all_runners_up(smollm_path: Path) -> None:
+    """SmolLM2's answer reaches `if n` with ' <' first, ' ==' 0.07 and ' <=' 0.17 below: a
+    batched pass put ' <=' first, which a check that knew only the second-best token
+    called a loss of quality."""
+    with Engine.load(smollm_path, mode="ngram-simple") as engine:
+        plain = engine.generate(
+            PRIME, chat=True, max_tokens=80, mode="none", record_margins=True, reproducible=True
+        )
+        spec = engine.generate(PRIME, chat=True, max_tokens=80, reproducible=True)
+        piece = engine.target.piece
+        at = next(i for i, close in enumerate(plain.runners_up) if len(close) == 2)
+        assert piece(plain.tokens[at]) == b" <" and plain.margins[at] < 0.1
+        assert [piece(t) for t in plain.runners_up[at]] == [b" ==", b" <="]
+        report = compare(plain.tokens, plain.margins, spec.tokens, plain.runners_up)
+        assert report.ok, report

@@ -157,16 +157,20 @@ class GrammarState(_OwnedSampler):
         finally:
             probe.close()
 
-    def best(self, row: np.ndarray, runner_up: bool = False) -> np.ndarray:
+    def best(self, row: np.ndarray, near: float = 0.0) -> np.ndarray:
         """A row whose argmax is the best allowed token (the row itself when its argmax is
         allowed; otherwise the allowed candidates only, found among the best first). With
-        ``runner_up``, the second-best allowed token is right too (tie-aware checks)."""
+        ``near`` > 0, every allowed token within ``near`` of the best allowed one is right
+        too (tie-aware checks)."""
         first = int(row.argmax())
-        if self.allows(first) and (not runner_up or self.allows(_second(row, first))):
+        close = np.flatnonzero(row >= row[first] - near) if near > 0 else np.array([first])
+        if self.allowed(close.astype(np.int32)).all():
             return row
         candidates = np.argpartition(-row, GREEDY_CANDIDATES)[:GREEDY_CANDIDATES]
         ok = self.allowed(candidates.astype(np.int32))
-        if ok.sum() >= (2 if runner_up else 1):
+        # a token left out ranks below every candidate: it is not near when the lowest
+        # candidate is not
+        if ok.any() and (near <= 0 or row[candidates].min() < row[candidates[ok]].max() - near):
             return _only(row, candidates[ok])
         return self.masked(row)
 
@@ -185,13 +189,6 @@ class GrammarState(_OwnedSampler):
             # a grammar that allows nothing more (not even an end) ends the generation
             return _only(row, np.flatnonzero(self.grammar.backend._eog))
         return _only(row, np.flatnonzero(ok))
-
-
-def _second(row: np.ndarray, first: int) -> int:
-    best, row[first] = row[first], -np.inf  # two argmax passes beat a partition
-    second = int(row.argmax())
-    row[first] = best
-    return second
 
 
 @contextlib.contextmanager
@@ -228,12 +225,12 @@ class ConstrainedRows:
         draft: Sequence[int],
         state: GrammarState,
         temperature: float | None,
-        runner_up: bool,
+        near: float,
     ) -> None:
-        """``temperature`` None: greedy (only the best allowed token matters; with
-        ``runner_up``, the second too, for tie-aware comparisons)."""
+        """``temperature`` None: greedy (only the best allowed token matters; with ``near``
+        > 0, those within ``near`` of it too, for tie-aware comparisons)."""
         self.rows, self.draft = rows, list(draft)
-        self.temperature, self.runner_up = temperature, runner_up
+        self.temperature, self.near = temperature, near
         self._state = state.clone()
         self._done: list[np.ndarray] = []
 
@@ -247,7 +244,7 @@ class ConstrainedRows:
                 self._state.accept(self.draft[k - 1])
             row = self.rows[k]
             if self.temperature is None:
-                self._done.append(self._state.best(row, self.runner_up))
+                self._done.append(self._state.best(row, self.near))
             else:
                 self._done.append(self._state.masked(row, self.temperature))
         return self._done[i]

@@ -35,6 +35,7 @@ from localspec.engine.verify import (
     token_logprobs,
 )
 from localspec.errors import LocalspecError
+from localspec.lossless import ANY_TOKEN, NEAR_TIE_GAP
 from localspec.modes import LOOKUP_MODES
 
 # a token's log-probability, and the most likely tokens with theirs
@@ -96,9 +97,9 @@ class DraftControl(Protocol):
 class RoundEvent:
     """What one round produced. ``from_draft[i]`` says whether ``tokens[i]`` was a drafted
     token the target accepted. ``margins`` (only when asked for) is the target's top-2 logit
-    gap at each emitted token and ``runners_up`` its second-best token, for tie-aware
-    comparisons; when sampling, the draw's margin (``verify.draw_margin``) and
-    ``NO_RUNNER_UP``."""
+    gap at each emitted token and ``runners_up`` the other tokens whose logits lie within
+    ``NEAR_TIE_GAP`` of the best, nearest first, for tie-aware comparisons; when sampling,
+    the draw's margin (``verify.draw_margin``) and ``(ANY_TOKEN,)``."""
 
     text: str
     tokens: tuple[int, ...]
@@ -106,23 +107,26 @@ class RoundEvent:
     stats: Stats
     finish_reason: str | None = None
     margins: tuple[float, ...] = ()
-    runners_up: tuple[int, ...] = ()
+    runners_up: tuple[tuple[int, ...], ...] = ()
     # only when asked for: each token's log-probability and the most likely alternatives
     logprobs: tuple[TokenLogprob, ...] = ()
     drafted_by: str = ""  # the drafter whose tokens ``from_draft`` marks (a chain's member)
 
 
-NO_RUNNER_UP = -1  # a sampled token's tie: any token may be the other run's (lossless.py)
-
-
-def top2(row: np.ndarray) -> tuple[float, int]:
-    """The gap between the two best logits, and the second-best token (two argmax passes:
-    a partition of the vocabulary costs ~1 ms, which would slow the plain baseline)."""
+def near_ties(row: np.ndarray) -> tuple[float, tuple[int, ...]]:
+    """The gap between the two best logits, and the tokens other than the best whose logits
+    lie within ``NEAR_TIE_GAP`` of it, nearest first: with three logits that close, a
+    rounding can put any of them first. Linear passes only: a partition of the vocabulary
+    costs ~1 ms, which would slow the plain baseline."""
     best = int(row.argmax())
+    top = row[best]
+    close = [int(t) for t in np.flatnonzero(row >= top - NEAR_TIE_GAP) if t != best]
+    if close:
+        close.sort(key=lambda t: -row[t])
+        return float(top - row[close[0]]), tuple(close)
     rest = row.copy()
     rest[best] = -np.inf
-    second = int(rest.argmax())
-    return float(row[best] - row[second]), second
+    return float(top - rest.max()), ()
 
 
 class SpeculativeLoop:
@@ -185,7 +189,7 @@ class SpeculativeLoop:
         self,
         tokens: list[int],
         from_draft: list[bool],
-        tops: list[tuple[float, int]],
+        tops: list[tuple[float, tuple[int, ...]]],
         logprobs: list[TokenLogprob] | None = None,
         drafted_by: str = "",
     ) -> RoundEvent:
@@ -197,7 +201,7 @@ class SpeculativeLoop:
             stats=self._snapshot(),
             finish_reason=self.output.finish_reason,
             margins=tuple(gap for gap, _ in tops),
-            runners_up=tuple(token for _, token in tops),
+            runners_up=tuple(close for _, close in tops),
             logprobs=tuple(logprobs or ())[: len(tokens)],
             drafted_by=drafted_by if any(from_draft) else "",
         )
@@ -213,19 +217,20 @@ class SpeculativeLoop:
             return int(row.argmax())
         return sample_row(row, self.sampling, self.draws.uniform(len(self.output.tokens)))[0]
 
-    def _tie(self, row: np.ndarray, position: int) -> tuple[float, int]:
-        """How near the token emitted at ``position`` came to another (tie-aware checks)."""
+    def _tie(self, row: np.ndarray, position: int) -> tuple[float, tuple[int, ...]]:
+        """How near the token emitted at ``position`` came to others (tie-aware checks)."""
         if self.sampling.greedy:
-            return top2(row)
+            return near_ties(row)
         margin, _ = draw_margin(probabilities(row, self.sampling), self.draws.uniform(position))
-        return margin, NO_RUNNER_UP  # a rounding can tip a draw onto a token far away
+        return margin, (ANY_TOKEN,)  # a rounding can tip a draw onto a token far away
 
     def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
         """The rows as the acceptance rules must see them: masked by the grammar, if any."""
         if self.grammar is None:
             return rows
         temperature = None if self.sampling.greedy else self.sampling.temperature
-        return ConstrainedRows(rows, draft, self.grammar, temperature, self.record_margins)
+        near = NEAR_TIE_GAP if self.record_margins else 0.0
+        return ConstrainedRows(rows, draft, self.grammar, temperature, near)
 
     def _follow_grammar(self, tokens: Sequence[int]) -> None:
         if self.grammar is None:
