@@ -87,6 +87,27 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         assert app.chat.session.turns[-1]["role"] == "assistant"
         assert app.chat.session.turns[-1]["content"].strip()
         assert len(app.chat.session.turns) == 4
+        # ctrl+c as in a terminal: it stops the answer, and with none being written, quits
+        await ask(app, pilot, "Write a very long story about a knight.", wait=False)
+        while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
+            await pilot.pause(0.02)
+        await pilot.press("ctrl+c")
+        while app.chat.generating:
+            await pilot.pause(0.05)
+        assert app.is_running and len(app.chat.session.turns) == 6
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.3)
+        assert not app.is_running
+
+
+async def test_a_narrow_terminal_gives_the_panel_s_width_to_the_conversation() -> None:
+    app = ChatApp(ChatOptions(target="model.gguf"), loader=None)
+    async with app.run_test(size=(60, 20)) as pilot:
+        await pilot.pause(0.1)
+        assert not app.chat.stats.display
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause(0.1)
+        assert app.chat.stats.display
 
 
 async def palette(pilot, entry: str) -> None:  # type: ignore[no-untyped-def]
@@ -246,6 +267,16 @@ async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
         assert not isinstance(app.screen, ContextFullScreen)
         texts = [v.text for v in app.chat.conversation.views()]
         assert any("trimmed" in t for t in texts), texts
+        # a prompt that alone cannot fit: no trim can help; said at once, the history kept
+        # and the text left in the input to be shortened
+        turns = list(app.chat.session.turns)
+        await ask(app, pilot, "word " * 600, wait=False)
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, ContextFullScreen)
+        assert app.chat.session.turns == turns
+        said = app.chat.conversation.views()[-1].text
+        assert "this prompt alone needs" in said and "the context holds 512" in said, said
+        assert app.chat.query_one("#prompt").value.startswith("word word")
 
 
 async def test_loading_reports_progress_and_answers_render_markdown(smollm_path: Path) -> None:
@@ -286,10 +317,12 @@ async def test_tokens_from_the_speculation_memory_have_their_own_colour(smollm_p
         assert DRAFTER_STYLES["suffix"] in styles
 
 
-def run_in_terminal(argv: list[str], keys: list[tuple[str | float, str]], timeout=300.0) -> int:
+def run_in_terminal(
+    argv: list[str], keys: list[tuple[str | float, str | int]], timeout: float = 300.0
+) -> int:
     """Run a command in a pseudo-terminal as a user would; for each (wait_for, typed): wait
-    until the screen has shown ``wait_for`` (or that many seconds), then type. Returns the
-    exit status."""
+    until the screen has shown ``wait_for`` (or that many seconds), then type (or, for a
+    number, send that signal). Returns the exit status."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal of 100x30, SIGINT as a terminal has it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -304,7 +337,10 @@ def run_in_terminal(argv: list[str], keys: list[tuple[str | float, str]], timeou
             ):
                 if select.select([fd], [], [], 0.1)[0]:
                     seen += os.read(fd, 65536)
-            os.write(fd, typed.encode())
+            if isinstance(typed, int):
+                os.kill(pid, typed)
+            else:
+                os.write(fd, typed.encode())
         while time.monotonic() < deadline:  # read until the app has left the terminal
             if select.select([fd], [], [], 0.1)[0]:
                 try:
@@ -338,3 +374,20 @@ def test_quitting_while_an_answer_streams_exits_cleanly_and_keeps_the_memory(
     )
     assert code == 0
     assert memory.stat().st_size > 0
+
+
+def test_a_killed_or_hung_up_chat_keeps_the_memory(smollm_path: Path, tmp_path: Path) -> None:
+    """SIGTERM (a kill) or SIGHUP (the terminal closed) ends the chat as ctrl+q does: the
+    speculation memory of the session is written on the way out."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        memory = tmp_path / f"memory-{signum}.bin"
+        argv = [sys.executable, "-m", "localspec", "chat", str(smollm_path), "-n", "16"]
+        code = run_in_terminal(
+            [*argv, "--spec-memory", str(memory)],
+            [
+                (f"{smollm_path.name} · ", "Say hello.\r"),
+                (4.0, signum),  # the answer of 16 tokens is written by then
+            ],
+        )
+        assert code == 0, signum
+        assert memory.stat().st_size > 0, signum

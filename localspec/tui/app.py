@@ -3,7 +3,10 @@ command palette (switch mode, draft model, draft length)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -27,6 +30,7 @@ from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.chat import ChatScreen
 
 DRAFT_LENGTHS = (2, 4, 8, 16, 32, 48)
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -115,6 +119,12 @@ class ChatApp(App[None]):
         self.chat = ChatScreen()
 
     def on_mount(self) -> None:
+        # a closed terminal (SIGHUP) or a kill (SIGTERM) ends the chat as ctrl+q does: the
+        # speculation memory is saved on the way out
+        loop = asyncio.get_running_loop()
+        for signum in ENDING_SIGNALS:
+            with contextlib.suppress(ValueError, RuntimeError):  # not the main thread
+                loop.add_signal_handler(signum, self.exit)
         self.push_screen(self.chat)
         if self.loader is not None:
             self.sub_title = "loading the model…"
@@ -225,6 +235,9 @@ class ChatApp(App[None]):
         self.load()
 
     def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in ENDING_SIGNALS:
+            loop.remove_signal_handler(signum)
         self.close_engine()
 
     def close_engine(self) -> None:

@@ -8,7 +8,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Protocol
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -45,12 +45,15 @@ class ChatHost(Protocol):
 REFRESH_S = 0.25  # redraw four times a second: rendering must not slow generation
 ANSWER_ROOM = 256  # tokens kept free for the answer when checking that a prompt fits...
 ANSWER_ROOM_SHARE = 4  # ... or a quarter of a smaller context (or -n, if less)
+NARROW_COLUMNS = 80  # the side panel shows from this width up
 STOP_WAIT_S = 60.0  # a generation stops after its round: seconds at most, even on a slow CPU
 
 
 class ChatScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "stop", "stop"),
+        # above the input's own ctrl+c (copy), which would swallow it with nothing selected
+        Binding("ctrl+c", "interrupt", "stop/quit", show=False, priority=True),
         Binding("ctrl+n", "new_chat", "new"),
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+o", "load", "load"),
@@ -90,6 +93,10 @@ class ChatScreen(Screen[None]):
         self.watch(self.app, "mode", self._show_mode)
         self.watch(self.app, "speedup", self._show_speedup)
 
+    def on_resize(self, event: events.Resize) -> None:
+        # below 80 columns the conversation needs the panel's width more than the figures
+        self.stats.display = event.size.width >= NARROW_COLUMNS
+
     def _show_mode(self, mode: str) -> None:
         self.stats.mode = mode
         self.stats.show(self.stats.last)
@@ -122,6 +129,8 @@ class ChatScreen(Screen[None]):
         if self.generating:
             self.notify("an answer is being generated (esc stops it)", severity="warning")
             return
+        if not self.fits_alone(text):
+            return
         event.input.value = ""
         self.session.add("user", text)
         self.conversation.add("user", text)
@@ -148,10 +157,31 @@ class ChatScreen(Screen[None]):
         self.idle.clear()
         self.generate(messages, self.session)
 
-    def prompt_length(self) -> int:
+    def prompt_length(self, session: ChatSession | None = None) -> int:
         engine = self.chat_app.engine
         assert engine is not None
-        return len(engine.tokenize_prompt(self.session.messages()))
+        return len(engine.tokenize_prompt((session or self.session).messages()))
+
+    def fits_alone(self, text: str) -> bool:
+        """Whether this prompt could be answered with no earlier turn: if not, no trimming
+        can make room, and the text stays in the input to be shortened (a long paste is
+        not lost)."""
+        engine = self.chat_app.engine
+        assert engine is not None
+        alone = ChatSession(self.session.system, [{"role": "user", "content": text}])
+        try:
+            n_tokens = self.prompt_length(alone)
+        except LocalspecError:
+            return True  # said once sent, by start_answer
+        n_ctx = engine.target.n_ctx
+        if n_tokens + self.answer_room() <= n_ctx:
+            return True
+        self.notice(
+            f"not sent: this prompt alone needs {n_tokens} tokens plus room for the answer, "
+            f"and the context holds {n_ctx}: shorten it, or restart the chat with a larger "
+            f"context (-c {2 * n_ctx})"
+        )
+        return False
 
     def answer_room(self) -> int:
         """Tokens the prompt must leave free: a small context keeps a share for the answer."""
@@ -285,6 +315,17 @@ class ChatScreen(Screen[None]):
     def action_stop(self) -> None:
         if self.generating:
             self.workers.cancel_group(self, "generate")
+
+    def action_interrupt(self) -> None:
+        """ctrl+c as in a terminal: copies text selected in the prompt, else stops the answer
+        being written, else quits."""
+        prompt = self.query_one(Input)
+        if not prompt.selection.is_empty:
+            prompt.action_copy()
+        elif self.generating:
+            self.action_stop()
+        else:
+            self.app.exit()
 
     def stop_and_wait(self) -> bool:
         """Stop the answer being written and wait until its thread has left the engine (it

@@ -14,6 +14,7 @@ class ContextFullScreen(ModalScreen[str]):
     ContextFullScreen { align: center middle; }
     ContextFullScreen > Vertical { width: 70; height: auto; border: thick $warning;
                                    background: $surface; padding: 1 2; }
+    ContextFullScreen Label { width: 100%; }
     ContextFullScreen Horizontal { height: auto; margin-top: 1; }
     ContextFullScreen Button { margin-right: 2; }
     """

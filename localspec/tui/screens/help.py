@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
@@ -14,12 +14,13 @@ HELP = """\
 |---|---|
 | enter | send the prompt |
 | esc | stop the answer being generated |
+| ctrl+c | stop the answer; with none being generated, quit |
 | ctrl+n | new chat |
 | ctrl+s / ctrl+o | save / load the conversation (JSON) |
 | ctrl+y | copy the last answer |
 | ctrl+t | colour tokens that came from accepted drafts, or show answers as Markdown |
 | ctrl+p | command palette: switch mode, draft model, draft length... |
-| f1 | this help |
+| f1 | this help (esc or f1 closes it; arrows and page keys scroll it) |
 | ctrl+q | quit |
 
 Green text came from the drafter and was accepted by the target: every green token cost a
@@ -37,10 +38,10 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [("escape", "dismiss", "close"), ("f1", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 80%; max-width: 90; height: 80%; border: thick $primary;
+    HelpScreen > VerticalScroll { width: 80%; max-width: 90; height: 80%; border: thick $primary;
                             background: $surface; }
     """
 
     def compose(self) -> ComposeResult:
-        with Vertical():
+        with VerticalScroll():
             yield Markdown(HELP)
