@@ -16,6 +16,8 @@ import termios
 import time
 from pathlib import Path
 
+from textual import events
+
 from localspec.tui.app import ChatApp, ChatOptions
 from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.context_full import ContextFullScreen
@@ -98,6 +100,19 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         await pilot.press("ctrl+c")
         await pilot.pause(0.3)
         assert not app.is_running
+
+
+async def test_a_pasted_text_keeps_its_lines_and_ctrl_j_starts_one(smollm_path: Path) -> None:
+    app = make_app(smollm_path, max_tokens=4)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        app.post_message(events.Paste("def f(x):\n    return x + 1\n"))  # as terminals send it
+        await pilot.pause(0.1)
+        await pilot.press(*"Explain", "ctrl+j", *"briefly.", "enter")
+        while not app.chat.session.turns or app.chat.generating:
+            await pilot.pause(0.05)
+        question = app.chat.session.turns[0]["content"]
+        assert question == "def f(x):\n    return x + 1\nExplain\nbriefly."
 
 
 async def test_a_narrow_terminal_gives_the_panel_s_width_to_the_conversation() -> None:

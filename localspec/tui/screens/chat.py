@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
 
 from localspec.api import Engine
@@ -28,6 +28,7 @@ from localspec.tui.screens.help import HelpScreen
 from localspec.tui.session import ChatSession
 from localspec.tui.widgets.conversation import Conversation
 from localspec.tui.widgets.message_view import MessageView
+from localspec.tui.widgets.prompt_area import PromptArea
 from localspec.tui.widgets.stats_panel import StatsPanel
 
 
@@ -57,7 +58,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+n", "new_chat", "new"),
         Binding("ctrl+s", "save", "save"),
         Binding("ctrl+o", "load", "load"),
-        Binding("ctrl+y", "copy_answer", "copy"),
+        Binding("ctrl+y", "copy_answer", "copy", priority=True),  # above the prompt's redo
         Binding("ctrl+t", "toggle_colours", "colours"),
         Binding("f1", "help", "help"),
     ]
@@ -81,12 +82,12 @@ class ChatScreen(Screen[None]):
         with Horizontal():
             yield Conversation()
             yield StatsPanel()
-        yield Input(placeholder="Ask something (enter to send, f1 for help)", id="prompt")
+        yield PromptArea("Ask something (enter sends, ctrl+j a new line, f1 help)", id="prompt")
         yield Footer()
 
     def on_mount(self) -> None:
         self.session.system = self.chat_app.options.system
-        prompt = self.query_one(Input)
+        prompt = self.query_one(PromptArea)
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second for nothing
         prompt.focus()
         self.set_interval(REFRESH_S, self.drain)
@@ -118,8 +119,8 @@ class ChatScreen(Screen[None]):
 
     # ----- sending ----------------------------------------------------------------------------
 
-    @on(Input.Submitted, "#prompt")
-    def send(self, event: Input.Submitted) -> None:
+    @on(PromptArea.Submitted, "#prompt")
+    def send(self, event: PromptArea.Submitted) -> None:
         text = event.value.strip()
         if not text:
             return
@@ -131,7 +132,7 @@ class ChatScreen(Screen[None]):
             return
         if not self.fits_alone(text):
             return
-        event.input.value = ""
+        event.prompt.value = ""
         self.session.add("user", text)
         self.conversation.add("user", text)
         self.start_answer()
@@ -319,7 +320,7 @@ class ChatScreen(Screen[None]):
     def action_interrupt(self) -> None:
         """ctrl+c as in a terminal: copies text selected in the prompt, else stops the answer
         being written, else quits."""
-        prompt = self.query_one(Input)
+        prompt = self.query_one(PromptArea)
         if not prompt.selection.is_empty:
             prompt.action_copy()
         elif self.generating:

@@ -13,6 +13,7 @@ HELP = """\
 | key | does |
 |---|---|
 | enter | send the prompt |
+| ctrl+j | a new line (also shift+enter, where the terminal tells it from enter) |
 | esc | stop the answer being generated |
 | ctrl+c | stop the answer; with none being generated, quit |
 | ctrl+n | new chat |
@@ -22,6 +23,8 @@ HELP = """\
 | ctrl+p | command palette: switch mode, draft model, draft length... |
 | f1 | this help (esc or f1 closes it; arrows and page keys scroll it) |
 | ctrl+q | quit |
+
+Pasted text keeps its lines.
 
 Green text came from the drafter and was accepted by the target: every green token cost a
 fraction of a normal decoding step. Magenta text came from the speculation memory (the suffix
