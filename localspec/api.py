@@ -169,10 +169,10 @@ def load_memories(
     return MemoryBank(max_mb, Path(path) if path is not None else None, model, target.n_vocab)
 
 
-def check_memory_file(path: Path) -> None:
+def check_memory_file(path: Path, flag: str = "--spec-memory (spec_memory_path)") -> None:
     """Refuse a memory path that cannot be written, or a file that is not a memory file,
     before the models load."""
-    check_output_path(path, "--spec-memory (spec_memory_path)")
+    check_output_path(path, flag)
     if path.exists():
         refuse_foreign_file(path)
 

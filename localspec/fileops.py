@@ -9,6 +9,7 @@ writer's process id, and the next write into that folder removes it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -174,7 +175,12 @@ def check_output_path(path: Path, flag: str) -> None:
     try:  # what the permission bits do not say (root, /proc, a read-only mount): try it
         _new_scratch_file(path).unlink()
     except OSError as exc:
-        raise LocalspecError(f"{flag} {path}: cannot write there ({exc.strerror})", hint) from None
+        # ENOENT for a file being created in a folder that exists: a file system such as
+        # /proc that takes no new files (its "No such file" would read as a wrong path)
+        why = "the file system there takes no new files" if exc.errno == errno.ENOENT else None
+        raise LocalspecError(
+            f"{flag} {path}: cannot write there ({why or exc.strerror})", hint
+        ) from None
 
 
 def is_gguf(path: Path) -> bool:

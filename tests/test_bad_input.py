@@ -123,6 +123,7 @@ def test_chat_with_a_memory_file_it_cannot_write(capsys, smollm_path, tmp_path) 
     memory = str(tmp_path / "no" / "memory.npz")
     code, text = outcome(capsys, ["chat", str(smollm_path), "--spec-memory", memory])
     assert_refused(code, text, f"the directory {tmp_path / 'no'} does not exist")
+    assert "(spec_memory_path)" not in text  # the flag as typed, not the API's name
 
 
 def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -134,7 +135,10 @@ def test_output_paths_and_tools_are_checked_before_the_bench_runs(capsys, tmp_pa
         (["--markdown", str(tmp_path)], "--markdown"),
         (["--plot", str(tmp_path / "no" / "x.png")], "does not exist"),
         # writable by its permission bits (for root), not in fact
-        (["--json", "/proc/bench.json"], "--json /proc/bench.json: cannot write there"),
+        (
+            ["--json", "/proc/bench.json"],
+            "--json /proc/bench.json: cannot write there (the file system there takes no new",
+        ),
         (["--native", "/nope"], "--native /nope: no executable llama-speculative-simple"),
         (["--plot", str(tmp_path / "x.txt")], "matplotlib writes no 'txt' images"),
         (["--json", str(link)], f"a link into {link.resolve().parent}, which does not exist"),

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     if options["draft"] is not None:
         options["draft"] = str(resolve_model(options["draft"]))
     if isinstance(options["spec_memory_path"], str):  # a file named: one the chat may write
-        check_memory_file(Path(options["spec_memory_path"]))
+        check_memory_file(Path(options["spec_memory_path"]), "--spec-memory")
     app = ChatApp(
         ChatOptions(
             **options, system=args.system, temperature=args.temperature, max_tokens=args.max_tokens
