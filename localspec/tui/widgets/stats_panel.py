@@ -38,7 +38,8 @@ class StatsPanel(Static):
         grid = Table.grid(padding=(0, 1))
         grid.add_column(style="dim", no_wrap=True)
         grid.add_column(no_wrap=True)
-        grid.add_row("mode", self.mode)
+        # a chain one member a line: "suffix+ngram-simple" is wider than the panel
+        grid.add_row("mode", self.mode.replace("+", "+\n"))
         s = self.last
         if s is None:
             grid.add_row("", "waiting for a prompt")
@@ -55,5 +56,6 @@ class StatsPanel(Static):
         share = s.draft_ms / busy if busy else 0.0
         grid.add_row("draft/verif", f"{100 * share:.0f}% / {100 * (1 - share):.0f}%")
         grid.add_row("adaptive", f"paused ({s.pauses})" if s.paused else f"draft {s.draft_length}")
-        grid.add_row("vs plain", f"{self.speedup:.2f}x probe" if self.speedup else "unknown")
+        vs_plain = f"{self.speedup:.2f}x probe" if self.speedup else "not probed"
+        grid.add_row("vs plain", vs_plain)  # `localspec probe --save` measures it
         return grid
