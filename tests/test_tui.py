@@ -120,6 +120,10 @@ async def test_a_narrow_terminal_gives_the_panel_s_width_to_the_conversation() -
     async with app.run_test(size=(60, 20)) as pilot:
         await pilot.pause(0.1)
         assert not app.chat.stats.display
+        await pilot.press("ctrl+p")  # the palette opens on the chat's own commands
+        await pilot.pause(0.3)
+        assert "Mode:&#160;ngram-simple" in app.export_screenshot()
+        await pilot.press("escape")
         await pilot.resize_terminal(100, 30)
         await pilot.pause(0.1)
         assert app.chat.stats.display

@@ -14,7 +14,7 @@ from typing import Any
 
 from textual import work
 from textual.app import App
-from textual.command import Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.reactive import reactive
 
 from localspec.api import Engine
@@ -31,6 +31,7 @@ from localspec.tui.screens.chat import ChatScreen
 
 DRAFT_LENGTHS = (2, 4, 8, 16, 32, 48)
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+MODE_HELP = {"none": "no speculation: plain decoding"}
 
 
 @dataclass
@@ -72,7 +73,10 @@ class SpeculationCommands(Provider):
         modes = app.engine.available_modes() if app.engine else ["ngram-simple", "none"]
         if "draft-model" not in modes:
             modes.append("draft-model")  # offered: it explains how to load a draft
-        found = [(f"Mode: {m}", partial(app.switch_mode, m), f"speculate with {m}") for m in modes]
+        found = [
+            (f"Mode: {m}", partial(app.switch_mode, m), MODE_HELP.get(m, f"speculate with {m}"))
+            for m in modes
+        ]
         found += [
             (
                 f"Draft length: {n}",
@@ -90,6 +94,12 @@ class SpeculationCommands(Provider):
             ("Copy last answer", partial(app.screen_action, "copy_answer"), ""),
         ]
         return found
+
+    async def discover(self) -> Hits:
+        """What the palette lists before anything is typed: these entries, above Textual's
+        own (keys, theme, screenshot)."""
+        for name, action, help_text in self.entries():
+            yield DiscoveryHit(name, action, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
