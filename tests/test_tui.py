@@ -11,6 +11,7 @@ import re
 import select
 import signal
 import struct
+import subprocess
 import sys
 import termios
 import time
@@ -410,3 +411,30 @@ def test_a_killed_or_hung_up_chat_keeps_the_memory(smollm_path: Path, tmp_path: 
         )
         assert code == 0, signum
         assert memory.stat().st_size > 0, signum
+
+
+def test_without_a_terminal_the_chat_reads_a_prompt_a_line(smollm_path: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A pipe, a script or a background job: no screen drawn for nobody, no hang; each line
+    is a turn of one conversation, answered on standard output; the input's end ends it."""
+    memory = tmp_path / "memory.bin"
+    argv = [sys.executable, "-m", "localspec", "chat", str(smollm_path), "-n", "12"]
+    done = subprocess.run(
+        [*argv, "--spec-memory", str(memory)],
+        input="Say hello.\n\nSay goodbye.\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\x1b[" not in done.stdout + done.stderr  # no full-screen drawing
+    assert "one prompt a line" in done.stderr
+    assert len([line for line in done.stdout.splitlines() if line.strip()]) >= 2
+    assert memory.stat().st_size > 0  # saved at the end, as the full-screen chat does
+    nothing = subprocess.run(
+        [sys.executable, "-m", "localspec", "chat", str(smollm_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert nothing.returncode == 0 and not nothing.stdout.strip(), nothing.stderr

@@ -1,9 +1,11 @@
-"""`localspec chat`: the Textual terminal chat."""
+"""`localspec chat`: the Textual terminal chat, and a line-by-line one without a terminal."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localspec.commands.flags import (
     add_length_and_temperature,
@@ -12,6 +14,10 @@ from localspec.commands.flags import (
     add_spec_flags,
     engine_options,
 )
+from localspec.errors import LocalspecError
+
+if TYPE_CHECKING:
+    from localspec.tui.app import ChatOptions
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,15 +35,54 @@ def run(args: argparse.Namespace) -> int:
         options["draft"] = str(resolve_model(options["draft"]))
     if isinstance(options["spec_memory_path"], str):  # a file named: one the chat may write
         check_memory_file(Path(options["spec_memory_path"]), "--spec-memory")
-    app = ChatApp(
-        ChatOptions(
-            **options, system=args.system, temperature=args.temperature, max_tokens=args.max_tokens
-        )
+    chat_options = ChatOptions(
+        **options, system=args.system, temperature=args.temperature, max_tokens=args.max_tokens
     )
+    if not on_a_terminal():
+        return line_chat(chat_options)
+    app = ChatApp(chat_options)
     app.run()
     if app.load_error is not None:
         raise app.load_error
     return app.return_code or 0
+
+
+def on_a_terminal() -> bool:
+    """The full-screen chat reads keys from standard input and draws on standard error
+    (Textual's choice): redirected, it would draw for nobody, or show a blank screen."""
+    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stderr))
+
+
+def line_chat(options: ChatOptions) -> int:
+    """The chat without a terminal (a pipe, a script, a background job): each line of
+    standard input is a turn of one conversation, each answer is written to standard output
+    as it comes; the end of the input ends the chat."""
+    from localspec.engine.settings import GenerationSettings
+    from localspec.progress import status
+    from localspec.tui.app import load_engine
+
+    status("no terminal: the chat reads one prompt a line from standard input")
+    settings = GenerationSettings.pick(options)
+    system = [{"role": "system", "content": options.system}] if options.system else []
+    turns: list[dict[str, str]] = []
+    with load_engine(options) as engine:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            turns.append({"role": "user", "content": line.rstrip("\n")})
+            answer = []
+            try:
+                for event in engine.stream(system + turns, settings):
+                    answer.append(event.text)
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+            except LocalspecError as exc:  # e.g. the conversation outgrew the context
+                turns.pop()
+                status(f"not answered: {exc.message}", warning=True)
+                continue
+            sys.stdout.write("\n")
+            turns.append({"role": "assistant", "content": "".join(answer)})
+    return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
