@@ -70,6 +70,16 @@ def bottom_line(app: ChatApp) -> str:
     return "".join(rows[max(rows)]).replace("\xa0", " ")
 
 
+async def stop_a_long_answer(app: ChatApp, pilot, key: str) -> None:  # type: ignore[no-untyped-def]
+    """Ask for a long answer, press ``key`` once it is being written, wait for the stop."""
+    await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
+    while app.chat.answer is None or len(app.chat.answer.text) < 20:
+        await pilot.pause(0.02)
+    await pilot.press(key)
+    while app.chat.generating:
+        await pilot.pause(0.05)
+
+
 async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=600)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -77,12 +87,7 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         footer = bottom_line(app)  # an 80x24 terminal shows every key's label whole
         for label in ("esc stop", "save", "load", "copy", "colours", "f1 help", "palette"):
             assert label in footer, footer
-        await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
-        while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
-            await pilot.pause(0.02)
-        await pilot.press("escape")
-        while app.chat.generating:
-            await pilot.pause(0.05)
+        await stop_a_long_answer(app, pilot, "escape")
         stopped = app.chat.session.turns[-1]["content"]
         assert any(v.text.endswith("stopped") for v in app.chat.conversation.views())
         assert len(stopped) > 0
@@ -91,12 +96,7 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         assert app.chat.session.turns[-1]["content"].strip()
         assert len(app.chat.session.turns) == 4
         # ctrl+c as in a terminal: it stops the answer, and with none being written, quits
-        await ask(app, pilot, "Write a very long story about a knight.", wait=False)
-        while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
-            await pilot.pause(0.02)
-        await pilot.press("ctrl+c")
-        while app.chat.generating:
-            await pilot.pause(0.05)
+        await stop_a_long_answer(app, pilot, "ctrl+c")
         assert app.is_running and len(app.chat.session.turns) == 6
         await pilot.press("ctrl+c")
         await pilot.pause(0.3)
