@@ -299,6 +299,30 @@ async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
         assert app.chat.query_one("#prompt").value.startswith("word word")
 
 
+async def test_a_prompt_the_context_full_dialog_cancels_or_moves_is_not_lost(smollm_path: Path):  # type: ignore[no-untyped-def]
+    app = make_app(smollm_path, n_ctx=512, max_tokens=8)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        await ask(app, pilot, "Say yes.")
+        alone = len(app.engine.tokenize_prompt([{"role": "user", "content": ""}]))
+        text = "word " * (512 - app.chat.answer_room() - alone - 6)  # fits alone only
+        for choice in ("escape", "#new"):
+            await ask(app, pilot, text, wait=False)
+            await pilot.pause(0.2)
+            assert isinstance(app.screen, ContextFullScreen)
+            await (pilot.press(choice) if choice == "escape" else pilot.click(choice))
+            await pilot.pause(0.2)
+            while app.chat.generating:
+                await pilot.pause(0.05)
+            if choice == "escape":  # back in the input, not on screen as a turn
+                assert app.chat.query_one("#prompt").value == text.strip()
+                assert [t["role"] for t in app.chat.session.turns] == ["user", "assistant"]
+                assert not any(v.text == text.strip() for v in app.chat.conversation.views())
+            else:  # the new chat's first prompt
+                assert app.chat.session.turns[0]["content"] == text.strip()
+                assert app.chat.session.turns[-1]["role"] == "assistant"
+
+
 async def test_loading_reports_progress_and_answers_render_markdown(smollm_path: Path) -> None:
     class Recording(ChatApp):
         seen: list[str] = []
@@ -411,6 +435,17 @@ def test_a_killed_or_hung_up_chat_keeps_the_memory(smollm_path: Path, tmp_path: 
         )
         assert code == 0, signum
         assert memory.stat().st_size > 0, signum
+
+
+def test_standard_error_redirected_still_shows_the_chat(smollm_path: Path, tmp_path: Path) -> None:
+    """``2>log`` in a terminal: the chat draws on the terminal of standard output (Textual
+    draws on standard error, which would leave the screen blank)."""
+    log = tmp_path / "err.log"
+    command = f"exec {sys.executable} -m localspec chat {smollm_path} -n 8 2>{log}"
+    code = run_in_terminal(["sh", "-c", command], [(f"{smollm_path.name} · ", "\x11")], 90.0)
+    said = log.read_text()
+    assert code == 0 and "no terminal" not in said, said  # the full-screen chat, not lines
+    assert "\x1b[" not in said  # the screen went to the terminal, not the log
 
 
 def test_without_a_terminal_the_chat_reads_a_prompt_a_line(smollm_path: Path, tmp_path: Path):  # type: ignore[no-untyped-def]

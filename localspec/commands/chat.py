@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from localspec.commands.flags import (
     add_length_and_temperature,
@@ -41,16 +44,38 @@ def run(args: argparse.Namespace) -> int:
     if not on_a_terminal():
         return line_chat(chat_options)
     app = ChatApp(chat_options)
-    app.run()
+    with drawn_on_the_terminal():
+        app.run()
     if app.load_error is not None:
         raise app.load_error
     return app.return_code or 0
 
 
+def is_terminal(stream: TextIO | None) -> bool:
+    return stream is not None and stream.isatty()
+
+
 def on_a_terminal() -> bool:
     """The full-screen chat reads keys from standard input and draws on standard error
-    (Textual's choice): redirected, it would draw for nobody, or show a blank screen."""
-    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stderr))
+    (Textual's choice), or on standard output when only standard error is redirected."""
+    return is_terminal(sys.stdin) and (is_terminal(sys.stderr) or is_terminal(sys.stdout))
+
+
+@contextlib.contextmanager
+def drawn_on_the_terminal() -> Iterator[None]:
+    """``2>log`` (to keep messages apart) would leave the screen blank: while the chat
+    runs, standard error is the terminal that standard output is; then the log again."""
+    if is_terminal(sys.stderr):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(1, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def line_chat(options: ChatOptions) -> int:
@@ -70,17 +95,22 @@ def line_chat(options: ChatOptions) -> int:
             if not line.strip():
                 continue
             turns.append({"role": "user", "content": line.rstrip("\n")})
-            answer = []
+            answer, reason = [], None
             try:
                 for event in engine.stream(system + turns, settings):
                     answer.append(event.text)
+                    reason = event.finish_reason or reason
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
             except LocalspecError as exc:  # e.g. the conversation outgrew the context
                 turns.pop()
                 status(f"not answered: {exc.message}", warning=True)
                 continue
-            sys.stdout.write("\n")
+            # a blank line between answers: an answer may span lines itself
+            sys.stdout.write("\n\n")
+            sys.stdout.flush()
+            if reason == "length":
+                status("the answer reached its length limit (-n)", warning=True)
             turns.append({"role": "assistant", "content": "".join(answer)})
     return 0
 

@@ -97,6 +97,7 @@ class ChatScreen(Screen[None]):
     def on_resize(self, event: events.Resize) -> None:
         # below 80 columns the conversation needs the panel's width more than the figures
         self.stats.display = event.size.width >= NARROW_COLUMNS
+        self.conversation.scroll_end(animate=False)  # the latest turn stays in view
 
     def _show_mode(self, mode: str) -> None:
         self.stats.mode = mode
@@ -208,11 +209,16 @@ class ChatScreen(Screen[None]):
             await self.redraw_conversation()
             self.notice("oldest turns trimmed to fit the context")
             self.start_answer()
-        elif choice == "new":
+        elif choice == "new":  # the prompt opens the new chat
+            text = self.session.turns[-1]["content"]
             await self.action_new_chat()
-        else:
-            if self.session.turns and self.session.turns[-1]["role"] == "user":
-                self.session.turns.pop()
+            self.session.add("user", text)
+            self.conversation.add("user", text)
+            self.start_answer()
+        else:  # the prompt goes back to the input, as it was before enter
+            text = self.session.turns.pop()["content"]
+            await self.redraw_conversation()
+            self.query_one(PromptArea).value = text
             self.notice("not sent: the conversation is too long for the context")
 
     @work(thread=True, exclusive=True, group="generate")

@@ -14,6 +14,7 @@ HELP = """\
 |---|---|
 | enter | send the prompt |
 | ctrl+j | a new line (also shift+enter, where the terminal tells it from enter) |
+| f7 | select the whole prompt (then backspace clears it) |
 | esc | stop the answer being generated |
 | ctrl+c | stop the answer; with none being generated, quit |
 | ctrl+n | new chat |
