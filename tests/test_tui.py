@@ -473,3 +473,21 @@ def test_without_a_terminal_the_chat_reads_a_prompt_a_line(smollm_path: Path, tm
         timeout=120,
     )
     assert nothing.returncode == 0 and not nothing.stdout.strip(), nothing.stderr
+    # a kill while it waits for the next line: the memory of the answers so far is saved
+    memory.unlink()
+    killed = subprocess.Popen(
+        [*argv, "--spec-memory", str(memory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert killed.stdin is not None and killed.stdout is not None
+    killed.stdin.write("Say hello.\n")
+    killed.stdin.flush()
+    while killed.stdout.readline().strip() == "":  # the answer's first line
+        assert killed.poll() is None
+    time.sleep(1.0)  # the rest of a 12-token answer
+    killed.terminate()
+    assert killed.wait(timeout=60) == 128 + signal.SIGTERM
+    assert memory.stat().st_size > 0

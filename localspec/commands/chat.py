@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,8 @@ def line_chat(options: ChatOptions) -> int:
     from localspec.tui.app import load_engine
 
     status("no terminal: the chat reads one prompt a line from standard input")
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # ended as by the input's end: memory saved
+        signal.signal(signum, _exit_by_signal)
     settings = GenerationSettings.pick(options)
     system = [{"role": "system", "content": options.system}] if options.system else []
     turns: list[dict[str, str]] = []
@@ -113,6 +116,11 @@ def line_chat(options: ChatOptions) -> int:
                 status("the answer reached its length limit (-n)", warning=True)
             turns.append({"role": "assistant", "content": "".join(answer)})
     return 0
+
+
+def _exit_by_signal(signum: int, _frame: object) -> None:
+    # the status a shell gives a process killed by this signal, after the memory is saved
+    raise SystemExit(128 + signum)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -181,7 +181,7 @@ class ChatScreen(Screen[None]):
         self.notice(
             f"not sent: this prompt alone needs {n_tokens} tokens plus room for the answer, "
             f"and the context holds {n_ctx}: shorten it, or restart the chat with a larger "
-            f"context (-c {2 * n_ctx})"
+            f"context (-c {-(-(n_tokens + ANSWER_ROOM) // 1024) * 1024} at least)"
         )
         return False
 
