@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import html
 import json
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual import events
@@ -23,6 +25,7 @@ from localspec.tui.app import ChatApp, ChatOptions
 from localspec.tui.screens.ask_path import AskScreen
 from localspec.tui.screens.context_full import ContextFullScreen
 
+WAIT_S = 180.0  # far more than anything here takes on a busy 2-core machine
 REPEAT = (
     "Repeat exactly three times: the cat sat on the mat and looked at the dog. "
     "the cat sat on the mat and looked at the dog."
@@ -33,17 +36,31 @@ def make_app(smollm_path: Path, **kw) -> ChatApp:  # type: ignore[no-untyped-def
     return ChatApp(ChatOptions(target=str(smollm_path), n_ctx=kw.pop("n_ctx", 2048), **kw))
 
 
+async def until(app: ChatApp, pilot, done: Callable[[], bool], what: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait for ``done()``, at most WAIT_S: a test that waits forever hangs the whole run."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        said = [str(n.message) for n in app._notifications]
+        assert time.monotonic() < deadline, (
+            f"{what}: not after {WAIT_S} s ({app.load_error}, {said})"
+        )
+        await pilot.pause(0.02)
+
+
 async def ready(app: ChatApp, pilot) -> None:  # type: ignore[no-untyped-def]
-    while app.engine is None:
-        await pilot.pause(0.05)
+    await until(app, pilot, lambda: app.engine is not None, "the model loaded")
+
+
+async def answered(app: ChatApp, pilot) -> None:  # type: ignore[no-untyped-def]
+    await until(app, pilot, lambda: not app.chat.generating, "the answer ended")
 
 
 async def ask(app: ChatApp, pilot, text: str, wait: bool = True) -> None:  # type: ignore[no-untyped-def]
     app.chat.query_one("#prompt").value = text
     await pilot.press("enter")
     await pilot.pause(0.05)
-    while wait and app.chat.generating:
-        await pilot.pause(0.05)
+    if wait:
+        await answered(app, pilot)
 
 
 async def test_answer_streams_and_stats_show_speculation(smollm_path: Path) -> None:
@@ -73,11 +90,10 @@ def bottom_line(app: ChatApp) -> str:
 async def stop_a_long_answer(app: ChatApp, pilot, key: str) -> None:  # type: ignore[no-untyped-def]
     """Ask for a long answer, press ``key`` once it is being written, wait for the stop."""
     await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
-    while app.chat.answer is None or len(app.chat.answer.text) < 20:
-        await pilot.pause(0.02)
+    writing = lambda: app.chat.answer is not None and len(app.chat.answer.text) >= 20  # noqa: E731
+    await until(app, pilot, writing, "the answer is being written")
     await pilot.press(key)
-    while app.chat.generating:
-        await pilot.pause(0.05)
+    await answered(app, pilot)
 
 
 async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None:
@@ -98,8 +114,12 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         # ctrl+c as in a terminal: it stops the answer, and with none being written, quits
         await stop_a_long_answer(app, pilot, "ctrl+c")
         assert app.is_running and len(app.chat.session.turns) == 6
-        await pilot.press("ctrl+c")
-        await pilot.pause(0.3)
+        # posted, not pressed: the pilot waits for an idle app after a key, and one that
+        # quits is never idle again
+        app.post_message(events.Key("ctrl+c", None))
+        deadline = time.monotonic() + 30
+        while app.is_running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         assert not app.is_running
 
 
@@ -110,8 +130,8 @@ async def test_a_pasted_text_keeps_its_lines_and_ctrl_j_starts_one(smollm_path: 
         app.post_message(events.Paste("def f(x):\n    return x + 1\n"))  # as terminals send it
         await pilot.pause(0.1)
         await pilot.press(*"Explain", "ctrl+j", *"briefly.", "enter")
-        while not app.chat.session.turns or app.chat.generating:
-            await pilot.pause(0.05)
+        await until(app, pilot, lambda: bool(app.chat.session.turns), "the prompt sent")
+        await answered(app, pilot)
         question = app.chat.session.turns[0]["content"]
         assert question == "def f(x):\n    return x + 1\nExplain\nbriefly."
 
@@ -211,15 +231,14 @@ async def test_a_new_or_loaded_chat_drops_the_answer_being_written(
 
     async def interrupt(key: str) -> None:  # type: ignore[no-untyped-def]
         await ask(app, pilot, "Write a very long story about a dragon.", wait=False)
-        while app.chat.stats.last is None or app.chat.stats.last.n_tokens < 5:
-            await pilot.pause(0.02)
+        writing = lambda: app.chat.stats.last is not None and app.chat.stats.last.n_tokens >= 5  # noqa: E731
+        await until(app, pilot, writing, "the answer is being written")
         await pilot.press(key)
         await pilot.pause(0.1)
         if key == "ctrl+o":
             app.screen.query_one("#answer").value = str(saved)
             await pilot.press("enter")
-        while app.chat.generating:
-            await pilot.pause(0.05)
+        await answered(app, pilot)
         await pilot.pause(0.1)
 
     async with app.run_test(size=(100, 30)) as pilot:
@@ -260,8 +279,8 @@ async def test_a_draft_that_does_not_load_leaves_the_chat_as_it_was(smollm_path:
         await ready(app, pilot)
         title = app.sub_title
         app.reload_with_draft("/nonexistent/draft.gguf")
-        while app.sub_title.startswith("loading"):
-            await pilot.pause(0.05)
+        loaded = lambda: not app.sub_title.startswith("loading")  # noqa: E731
+        await until(app, pilot, loaded, "the draft refused")
         assert app.sub_title == title and app.options.draft is None
         assert any("current one is kept" in str(n.message) for n in app._notifications)
         await ask(app, pilot, "Say yes.")  # the engine still answers
@@ -282,8 +301,7 @@ async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
         assert isinstance(app.screen, ContextFullScreen)
         await pilot.click("#trim")
         await pilot.pause(0.2)
-        while app.chat.generating:
-            await pilot.pause(0.05)
+        await answered(app, pilot)
         assert not isinstance(app.screen, ContextFullScreen)
         texts = [v.text for v in app.chat.conversation.views()]
         assert any("trimmed" in t for t in texts), texts
@@ -312,8 +330,7 @@ async def test_a_prompt_the_context_full_dialog_cancels_or_moves_is_not_lost(smo
             assert isinstance(app.screen, ContextFullScreen)
             await (pilot.press(choice) if choice == "escape" else pilot.click(choice))
             await pilot.pause(0.2)
-            while app.chat.generating:
-                await pilot.pause(0.05)
+            await answered(app, pilot)
             if choice == "escape":  # back in the input, not on screen as a turn
                 assert app.chat.query_one("#prompt").value == text.strip()
                 assert [t["role"] for t in app.chat.session.turns] == ["user", "assistant"]
