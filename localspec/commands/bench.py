@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import platform
 from functools import partial
@@ -13,10 +12,11 @@ from rich.table import Table
 
 from localspec import argtypes as at
 from localspec import bench, native
+from localspec.commands.bench_output import check_outputs, parse_list, write_text
+from localspec.commands.bench_scenarios import run_scenarios
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
 from localspec.commands.flags import spec_for as run_spec_for
 from localspec.errors import LocalspecError
-from localspec.fileops import atomic_path, check_output_path
 from localspec.hardware import machine_load
 from localspec.progress import report_console
 from localspec.prompts import select_prompts
@@ -26,32 +26,12 @@ CELL_PROMPTS = "code-edit,code,qa,summary,creative,french"
 SCENARIO_MODES = "suffix+ngram-simple"  # with: each is also compared with none, ngram-simple
 
 
-def parse_list(text: str, flag: str, cast=str, sep: str = ",") -> list:  # type: ignore[no-untyped-def]
-    try:
-        values = [cast(x.strip()) for x in text.split(sep) if x.strip()]
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        detail = f" ({exc})" if isinstance(exc, argparse.ArgumentTypeError) else ""
-        raise LocalspecError(
-            f"{flag} {text!r}: not a comma-separated list of values{detail}"
-        ) from None
-    if not values:
-        raise LocalspecError(f"{flag} is empty")
-    return values
-
-
-def write_text(path: str, text: str) -> None:
-    with atomic_path(Path(path)) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
     given = args.modes is not None
     if args.scenarios is not None:
-        from localspec.commands.bench_scenarios import run_scenarios
-
         if args.prompts is not None:
             raise LocalspecError(
                 "--prompts does not apply to --scenarios (they bring their own requests)",
@@ -105,32 +85,6 @@ def run(args: argparse.Namespace) -> int:
     if native_error is not None:
         raise LocalspecError(f"the native runs failed: {native_error.message}", native_error.hint)
     return 130 if interrupted else 0
-
-
-def check_outputs(args: argparse.Namespace) -> None:
-    """Everything the bench writes or runs at its end is checked before it starts."""
-    for flag, value in (
-        ("--json", args.json),
-        ("--markdown", args.markdown),
-        ("--plot", args.plot),
-    ):
-        if value is not None:
-            check_output_path(Path(value), flag)
-    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise LocalspecError(
-            "--plot needs matplotlib, which is not installed", "pip install 'localspec[plot]'"
-        )
-    if args.plot is not None:
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        known = FigureCanvasBase.get_supported_filetypes()
-        if bench.plot_format(args.plot) not in known:
-            raise LocalspecError(
-                f"--plot {args.plot}: matplotlib writes no '{bench.plot_format(args.plot)}' images",
-                f"end the name with one of: {', '.join('.' + k for k in sorted(known))}",
-            )
-    if args.native is not None:
-        native.check_tool(Path(args.native))
 
 
 def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from localspec import scenarios as sc
-from localspec.commands.bench import check_outputs, write_text
+from localspec.commands.bench_output import check_outputs, write_text
 from localspec.commands.flags import engine_options
 from localspec.errors import LocalspecError
 from localspec.hardware import machine_load
