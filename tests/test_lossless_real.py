@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from localspec import Engine, SpecConfig
-from localspec.lossless import compare
+from localspec.lossless import NEAR_TIE_GAP, compare
 from localspec.prompts import builtin_prompts
 
 PROMPTS = builtin_prompts()
@@ -94,21 +94,49 @@ def test_speculation_is_lossless_with_flash_attention_on_too(qwen_path: Path) ->
             assert engine.target.flash_attn == "off"
 
 
-PRIME = "Write a Python function that checks whether a number is prime."
+# short answers where a small model hesitates between several words: where three logits
+# fall within the near-tie gap depends on the CPU's float results, so several are scanned
+HESITANT = (
+    "Write a Python function that checks whether a number is prime.",
+    "Say one random word.",
+    "Name any animal.",
+    "Explain the Fibonacci sequence in one sentence.",
+    "Describe the colour of the sea.",
+    "Give a name for a cat.",
+)
 
 
 def test_three_logits_in_a_near_tie_are_all_runners_up(smollm_path: Path) -> None:
-    """SmolLM2's answer reaches `if n` with ' <' first, ' ==' 0.07 and ' <=' 0.17 below: a
-    batched pass put ' <=' first, which a check that knew only the second-best token
-    called a loss of quality."""
+    """Every token whose logit lies within ``NEAR_TIE_GAP`` of the best is a runner-up, not
+    only the second best: SmolLM2 once reached `if n` with ' <' first, ' ==' 0.07 and ' <='
+    0.17 below, a batched pass put ' <=' first, and a check that knew only the second-best
+    token called that a loss of quality. The runners-up are checked against the target's own
+    log-probabilities at every position (softmax keeps logit differences), and a
+    speculative answer that took the farthest runner-up at a three-way tie is a near tie."""
     with Engine.load(smollm_path, mode="ngram-simple") as engine:
-        plain = engine.generate(
-            PRIME, chat=True, max_tokens=80, mode="none", record_margins=True, reproducible=True
-        )
-        spec = engine.generate(PRIME, chat=True, max_tokens=80, reproducible=True)
-        piece = engine.target.piece
-        at = next(i for i, close in enumerate(plain.runners_up) if len(close) == 2)
-        assert piece(plain.tokens[at]) == b" <" and plain.margins[at] < 0.1
-        assert [piece(t) for t in plain.runners_up[at]] == [b" ==", b" <="]
-        report = compare(plain.tokens, plain.margins, spec.tokens, plain.runners_up)
-        assert report.ok, report
+        triples = []
+        for prompt in HESITANT:
+            plain = engine.stream(
+                prompt, chat=True, max_tokens=32, mode="none", record_margins=True, logprobs=8,
+                reproducible=True,
+            )
+            events = list(plain)
+            tokens = [t for e in events for t in e.tokens]
+            margins = [m for e in events for m in e.margins]
+            runners_up = [r for e in events for r in e.runners_up]
+            for at, logprob in enumerate(lp for e in events for lp in e.logprobs):
+                (best, top), *others = logprob[1]
+                assert best == tokens[at]
+                near = tuple(t for t, value in others if value >= top - NEAR_TIE_GAP)
+                assert runners_up[at] == near, f"{prompt!r} at {at}"
+                if len(near) >= 2:
+                    assert margins[at] == pytest.approx(top - others[0][1], abs=1e-4)
+                    triples.append((tokens, margins, runners_up, at))
+            spec = engine.generate(prompt, chat=True, max_tokens=32, reproducible=True)
+            assert compare(tokens, margins, spec.tokens, runners_up).ok
+        print(f"\n{len(triples)} three-way near ties")
+        assert triples, "no three-way near tie in any answer: add a hesitant prompt"
+        for tokens, margins, runners_up, at in triples:
+            farthest = [*tokens[:at], runners_up[at][-1], *tokens[at + 1 :]]
+            report = compare(tokens, margins, farthest, runners_up)
+            assert report.ok and not report.identical, report
