@@ -234,3 +234,19 @@ def test_a_seed_gives_the_same_answer_whatever_was_cached_before(qwen: Engine) -
     assert run(haiku) == first  # the whole prompt cached but its last token
     run(other)
     assert run(haiku) == first  # its start cached, decoded with another ending
+
+
+def test_a_seeded_request_asked_again_skips_its_prompt(qwen: Engine) -> None:
+    """The prompt a reproducible request left prefilled is not read again: its logits row was
+    kept, and the answer is the one a fresh read gives."""
+    prompt = "List four prime numbers, separated by commas."
+    ask = dict(chat=True, max_tokens=12, temperature=0.9, seed=7, mode="ngram-simple")
+    first = qwen.generate(prompt, **ask)  # type: ignore[arg-type]
+    before = qwen.target.n_decoded
+    again = qwen.generate(prompt, **ask)  # type: ignore[arg-type]
+    assert again.tokens == first.tokens
+    assert qwen.target.n_decoded - before <= len(again.tokens)  # only the answer's steps
+    qwen.generate("Name a colour.", **ask)  # type: ignore[arg-type]
+    before = qwen.target.n_decoded
+    assert qwen.generate(prompt, **ask).tokens == first.tokens  # type: ignore[arg-type]
+    assert qwen.target.n_decoded - before > again.stats.n_prompt // 2  # read again

@@ -106,11 +106,14 @@ class ModelContext:
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.flash_attn = flash_attn_setting(options)  # as llama.cpp was told
         self.tokens: list[int] = []
+        self.n_decoded = 0  # tokens llama.cpp evaluated since the load (cache reuse shows here)
         # asked between the chunks of a long input: a prompt of thousands of tokens takes
         # seconds to read, and a server's client may have gone meanwhile
         self.cancelled: Callable[[], bool] | None = None
         # leading positions whose cache rows came from prefill in aligned n_batch chunks
         self.prefilled = 0
+        # the prompt last evaluated reproducibly, with its logits row (see ``evaluate``)
+        self._last_prefill: tuple[tuple[int, ...], np.ndarray] | None = None
         # called after every decoded chunk with (first position, tokens): the MTP drafter
         # mirrors the target's hidden states this way
         self.listeners: list[Callable[[int, Sequence[int]], None]] = []
@@ -207,6 +210,10 @@ class ModelContext:
         fresh evaluation gives, whatever the cache held. (Prefill runs as fast in chunks of
         64 as of 512 on a CPU; a repeated prompt re-decodes at most 63 tokens.)"""
         keep = common_prefix_length(self.tokens, sequence)
+        if reproducible and self._same_prefill(sequence, keep):
+            self.trim(len(sequence))
+            assert self._last_prefill is not None
+            return self._last_prefill[1]
         keep = min(keep, len(sequence) - 1)  # the last token must be decoded for its logits
         if reproducible:
             keep = min(keep, self.prefilled)
@@ -215,7 +222,21 @@ class ModelContext:
             self.trim(keep)
         row = self.decode(sequence[keep:], chunk=PREFILL_CHUNK if reproducible else None)[0]
         self.prefilled = len(sequence) if reproducible else min(self.prefilled, keep)
+        if reproducible and not self.listeners:
+            self._last_prefill = (tuple(sequence), row.copy())
         return row
+
+    def _same_prefill(self, sequence: Sequence[int], cached: int) -> bool:
+        """Whether ``sequence`` is the prompt last evaluated reproducibly and the cache still
+        holds it as then prefilled: its logits row is then the one kept (a seeded request
+        asked again skips its prompt). Not with listeners: they follow decodes."""
+        return (
+            self._last_prefill is not None
+            and not self.listeners
+            and cached >= len(sequence)
+            and self.prefilled >= len(sequence)
+            and self._last_prefill[0] == tuple(sequence)
+        )
 
     def decode(
         self, tokens: Sequence[int], all_logits: bool = False, chunk: int | None = None
@@ -258,6 +279,7 @@ class ModelContext:
             raise EngineFailure(f"llama_decode failed with code {rc}: {recent_log(since=mark)}")
         start = self.n_past
         self.tokens.extend(tokens)
+        self.n_decoded += len(tokens)
         for listener in self.listeners:
             listener(start, tokens)
         raise_deferred_interrupt()  # after the bookkeeping: the cache and tokens agree
