@@ -39,6 +39,7 @@ def ask(client: openai.OpenAI, messages: list, **kw):  # type: ignore[no-untyped
     return ask_openai(client, messages, 12, **kw)
 
 
+@pytest.mark.slow
 def test_content_parts_and_roles(client: openai.OpenAI) -> None:
     parts = [{"type": "text", "text": "Say hello"}, {"type": "text", "text": " in French."}]
     as_parts = ask(client, [{"role": "user", "content": parts}])
@@ -197,6 +198,7 @@ def test_penalties_are_refused_not_ignored(client: openai.OpenAI) -> None:
     assert ask(client, [{"role": "user", "content": "Hi"}], frequency_penalty=0).choices
 
 
+@pytest.mark.slow
 def test_litellm(base: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network here
     import litellm
@@ -346,6 +348,7 @@ def test_concurrent_clients_all_get_answers(client: openai.OpenAI) -> None:
     assert len(answers) == 3 and len(set(answers)) == 1  # temperature 0: the same answer
 
 
+@pytest.mark.slow
 def test_tools_on_a_template_that_knows_none(client: openai.OpenAI) -> None:
     """SmolLM2's template has no tools: they are described in a system message, and a
     required call is forced by the grammar in the same <tool_call> format."""
@@ -368,6 +371,7 @@ def test_tools_on_a_template_that_knows_none(client: openai.OpenAI) -> None:
     assert ask(client, messages, tools=[tool], tool_choice="none").choices[0].message.content
 
 
+@pytest.mark.slow
 def test_identical_greedy_requests_give_identical_answers(client: openai.OpenAI) -> None:
     """Whatever an earlier request left in the cache (here one sharing the prompt's start),
     an identical greedy request starts from the same logits and gives the same answer."""

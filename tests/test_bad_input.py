@@ -215,6 +215,7 @@ def localspec(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_seed_minus_one_is_a_random_seed(smollm_path: Path) -> None:
     """llama.cpp's convention; it used to end in a ValueError from numpy."""
     done = localspec("run", str(smollm_path), "-p", "hi", "-n", "4", "--mode", "none",
@@ -223,6 +224,7 @@ def test_seed_minus_one_is_a_random_seed(smollm_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_context_zero_is_the_models_trained_length(smollm_path: Path) -> None:
     done = localspec("run", str(smollm_path), "-p", "hi", "-n", "2", "-c", "0", "--json")
     assert done.returncode == 0, done.stderr
@@ -509,6 +511,7 @@ def test_an_empty_grammar_file(capsys, tmp_path: Path) -> None:  # type: ignore[
     assert_refused(code, text, f"--grammar {empty}: the file is empty")
 
 
+@pytest.mark.slow
 def test_a_named_draft_that_cannot_be_found(capsys, smollm_path: Path) -> None:  # type: ignore[no-untyped-def]
     """pairs still judges the others, then says so; probe says so before measuring."""
     code, text = outcome(capsys, ["pairs", str(smollm_path), MISSING, "--no-hf-cache"])

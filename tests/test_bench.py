@@ -18,6 +18,7 @@ from localspec.engine.stats import Stats
 from localspec.prompts import PromptCase
 
 
+@pytest.mark.slow
 def test_tiny_bench_writes_json_markdown_and_png(capsys, tmp_path: Path, smollm_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"

@@ -23,6 +23,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow
 def test_a_compare_with_no_token_measures_no_speedup(smollm_path: Path) -> None:
     # SmolLM2 ends this raw prompt at once (greedy): there is no speed to compare
     argv = ["run", str(smollm_path), "-p", "Write a long story about a dragon.", "-n", "16"]
@@ -32,6 +33,7 @@ def test_a_compare_with_no_token_measures_no_speedup(smollm_path: Path) -> None:
     assert "no token was generated" in run_cli(*argv, "--compare").stderr
 
 
+@pytest.mark.slow
 def test_run_json_compare_on_code_edit(qwen_path: Path) -> None:
     done = run_cli("run", str(qwen_path), "-n", "64", "--json", "--compare")
     assert done.returncode == 0, done.stderr
@@ -55,6 +57,7 @@ def test_run_json_compare_on_code_edit(qwen_path: Path) -> None:
         assert key in report["stats"]
 
 
+@pytest.mark.slow
 def test_run_compare_checks_a_seeded_sampled_run_where_only_lookups_draft(
     smollm_path: Path,
 ) -> None:
@@ -128,6 +131,7 @@ def test_bad_flag_combinations(capsys, qwen_path) -> None:  # type: ignore[no-un
     assert "cannot read the prompt file" in error_of(capsys, "run", q, "-f", "/nonexistent")
 
 
+@pytest.mark.slow
 def test_prompt_longer_than_context(capsys, qwen_path) -> None:  # type: ignore[no-untyped-def]
     err = error_of(capsys, "run", str(qwen_path), "-c", "256", "-p", "word " * 400)
     assert "context holds 256" in err and "--ctx-size" in err
@@ -143,6 +147,7 @@ def test_malformed_catalog_from_the_cli(capsys, tmp_path, monkeypatch) -> None: 
     assert f"{bad}:3: model 'a': field 'repo' must be a string" in err
 
 
+@pytest.mark.slow
 def test_run_a_chain_reports_each_drafter(qwen_path: Path) -> None:
     done = run_cli("run", str(qwen_path), "--mode", "ngram-simple,draft-self", "-n", "48")
     assert done.returncode == 0, done.stderr
@@ -153,6 +158,7 @@ def test_run_a_chain_reports_each_drafter(qwen_path: Path) -> None:
     assert "draft-self: keeping 18 of 24 layers (0-5,12-23)" in done.stderr
 
 
+@pytest.mark.slow
 def test_run_says_when_the_context_filled(smollm_path: Path) -> None:
     """finish "length" either way; the summary says which limit it was."""
     long = " ".join(["word"] * 240)
@@ -163,6 +169,7 @@ def test_run_says_when_the_context_filled(smollm_path: Path) -> None:
     assert report["finish_reason"] == "length" and report["context_full"] is False
 
 
+@pytest.mark.slow
 def test_run_reads_the_prompt_from_standard_input(smollm_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "localspec", "run", str(smollm_path), "-f", "-", "-n", "4"],

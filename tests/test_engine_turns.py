@@ -30,6 +30,7 @@ def answer(engine: Engine, prompt: str) -> list[int]:
     return engine.generate(prompt, max_tokens=24, temperature=0, reproducible=True).tokens
 
 
+@pytest.mark.slow
 def test_two_threads_are_served_in_turn(engine: Engine) -> None:
     """Two threads decoding in one llama.cpp context at once abort the process."""
     expected = {CODE: answer(engine, CODE), PROSE: answer(engine, PROSE)}
@@ -74,6 +75,7 @@ def test_an_engine_refuses_every_call_once_closed(smollm_path: Path) -> None:
             call()
 
 
+@pytest.mark.slow
 def test_a_decode_whose_bookkeeping_was_interrupted_is_forgotten(engine: Engine) -> None:
     """Ctrl-C can land right after ``llama_decode`` returns, before the token list is
     updated: the cache then holds tokens the engine does not know, and llama.cpp refuses
@@ -85,6 +87,7 @@ def test_a_decode_whose_bookkeeping_was_interrupted_is_forgotten(engine: Engine)
     assert answer(engine, PROSE) == expected
 
 
+@pytest.mark.slow
 def test_a_long_prompt_stops_being_read_when_its_caller_cancels(engine: Engine) -> None:
     """A server whose client went away asks between the prompt's chunks: it stops after the
     first (512 tokens) instead of reading the rest, and the next generation goes on."""
@@ -106,6 +109,7 @@ def test_a_long_prompt_stops_being_read_when_its_caller_cancels(engine: Engine) 
         next(engine.stream(PROSE, cancelled=True))
 
 
+@pytest.mark.slow
 def test_the_first_calibration_stops_when_its_caller_cancels(smollm_path: Path) -> None:
     """The first speculative generation measures the verify costs (seconds on a large model):
     a chat's quit or a client's leaving stops that too, between two batch sizes, and the next

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from localspec.fileops import atomic_path, remove_stale_scratch, scratch_dir
 from localspec.fileops import intact_file as intact
 from tests.conftest import derived_dir
@@ -57,6 +59,7 @@ def test_a_killed_derivation_is_cleaned_up_and_redone(derived_env) -> None:  # t
     assert intact(made, made.with_name(made.name + ".verified"))
 
 
+@pytest.mark.slow
 def test_a_truncated_derived_model_is_rebuilt(derived_env) -> None:  # type: ignore[no-untyped-def]
     first = localspec(derived_env, "pull", "smol-q8")
     assert first.returncode == 0, first.stderr

@@ -83,6 +83,7 @@ def argv_strategy(models: list[str]) -> st.SearchStrategy[list[str]]:
     )
 
 
+@pytest.mark.slow
 def test_fuzzed_command_lines_never_crash(stop_before_work, smollm_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     text_file = stop_before_work / "notes.gguf"
     text_file.write_text("not a model")
@@ -196,6 +197,7 @@ def smollm(smollm_path: Path):  # type: ignore[no-untyped-def]
     seed=st.sampled_from([None, -1, 0, (1 << 64) - 1]) | st.integers(-5, 1 << 70),
     mode=st.sampled_from(["none", "ngram-simple"]),
 )
+@pytest.mark.slow
 def test_fuzzed_sampling_settings_generate_or_say_why(  # type: ignore[no-untyped-def]
     smollm, temperature, top_k, top_p, min_p, seed, mode
 ) -> None:

@@ -19,6 +19,7 @@ from localspec.prompts import builtin_prompts
 CODE_EDIT = builtin_prompts()[0].text
 
 
+@pytest.mark.slow
 def test_seeded_sampling_is_reproducible(qwen: Engine, qwen_self_draft: Engine) -> None:
     # the target drafting for itself costs a full step per drafted token: the adaptive
     # controller rightly declines to draft there, so it drafts at a fixed length
@@ -36,6 +37,7 @@ def test_seeded_sampling_is_reproducible(qwen: Engine, qwen_self_draft: Engine) 
     assert other.tokens != runs[0].tokens or other.text == runs[0].text
 
 
+@pytest.mark.slow
 def test_stop_string_inside_accepted_draft_ends_there(qwen: Engine) -> None:
     stop = "def low_stock"
     # a fixed schedule: where drafts begin must not depend on this run's calibration
@@ -71,12 +73,14 @@ def test_eos_inside_accepted_draft_ends_there(qwen_self_draft: Engine) -> None:
     assert events[-1].stats.drafted > events[-1].stats.accepted or any(events[-1].from_draft)
 
 
+@pytest.mark.slow
 def test_max_tokens_is_never_exceeded(qwen: Engine) -> None:
     for n in (1, 5, 33):
         r = qwen.generate(CODE_EDIT, chat=True, max_tokens=n)
         assert len(r.tokens) == n and r.finish_reason == "length"
 
 
+@pytest.mark.slow
 def test_full_context_while_drafting_ends_with_length(qwen_path: Path) -> None:
     prompt = "one two three four five six seven eight nine ten " * 12
     with Engine.load(qwen_path, n_ctx=256) as engine:
@@ -90,6 +94,7 @@ def test_full_context_while_drafting_ends_with_length(qwen_path: Path) -> None:
             engine.generate(prompt * 3)
 
 
+@pytest.mark.slow
 def test_cancelled_stream_leaves_engine_consistent(qwen: Engine) -> None:
     full = qwen.generate(CODE_EDIT, chat=True, max_tokens=40)
     stream = qwen.stream(CODE_EDIT, chat=True, max_tokens=400)
@@ -145,6 +150,7 @@ class RecordingLookup(NgramDrafter):
         return draft
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
     qwen: Engine, temperature: float
@@ -196,6 +202,7 @@ class StallingClock:
         return self._time.perf_counter() + self._stall * self._calls
 
 
+@pytest.mark.slow
 def test_a_reproducible_schedule_does_not_depend_on_timing(qwen: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Greedy output depends on how rounds are batched; with ``reproducible`` the draft
     lengths come from modelled costs, so a machine that stalls gives the same rounds as a

@@ -66,6 +66,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, messages, grammar, tools", CASES, ids=[c[0] for c in CASES])
 def test_speculative_constrained_output_equals_plain_constrained(
     qwen: Engine, name: str, messages: list, grammar: str, tools: list | None
@@ -98,6 +99,7 @@ def test_extraction_verifies_whole_spans(qwen: Engine) -> None:
     assert result.stats.mean_acceptance_length >= 3
 
 
+@pytest.mark.slow
 def test_unconstrained_answer_differs_and_plain_constrained_is_json(qwen: Engine) -> None:
     free = qwen.generate(EXTRACT, max_tokens=96, mode="none")
     constrained = qwen.generate(EXTRACT, max_tokens=96, mode="none", grammar=schema_grammar(PERSON))
@@ -120,6 +122,7 @@ def _colours(engine: Engine, mode: str | None, seeds: range) -> Counter[str]:
     return counts
 
 
+@pytest.mark.slow
 def test_sampling_under_a_grammar_keeps_the_distribution(qwen: Engine) -> None:
     """Rejection sampling against masked rows: the colour drawn with speculation (the forced
     drafter drafts the key and the enum's tails) follows plain constrained sampling."""
@@ -248,6 +251,7 @@ def test_a_schemas_integer_bounds_hold_on_the_real_model(qwen: Engine) -> None:
         schema_grammar({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2})
 
 
+@pytest.mark.slow
 def test_strings_under_a_schema_are_json_strings(qwen: Engine) -> None:
     """A poem has line breaks: under a schema they come escaped (\\n), never raw, which
     json.loads refuses (llama-cpp-python's converter let control characters through)."""

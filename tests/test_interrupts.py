@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import derived_dir
 
 
@@ -70,6 +72,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_a_script_loads_a_model_stops_the_load(qwen_f16_path: Path) -> None:
     """The Python API: llama.cpp calls back into Python while it loads (log lines, progress),
     and an interrupt raised in a callback would be printed and dropped by ctypes, the load
@@ -93,6 +96,7 @@ def test_ctrl_c_while_a_script_loads_a_model_stops_the_load(qwen_f16_path: Path)
     assert 3 in outcomes, outcomes  # some landed during the load
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_derivation_stops_it_and_leaves_no_file(derived_env) -> None:  # type: ignore[no-untyped-def]
     proc = start("pull", "smol-q8", env=derived_env)
     folder = derived_dir(derived_env)
@@ -119,6 +123,7 @@ def test_ctrl_c_during_a_derivation_stops_it_and_leaves_no_file(derived_env) -> 
     assert again.returncode == 0, again.stderr  # and the next run derives it whole
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path, tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
     proc = start(
@@ -155,6 +160,7 @@ def before_the_handler(out: str) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_command_starts_is_not_a_traceback() -> None:
     """The first half second goes to importing numpy and llama.cpp, before any handler of
     the command's own, and the last to Python's shutdown (its clean-up callbacks): a Ctrl-C

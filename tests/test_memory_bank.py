@@ -78,6 +78,7 @@ def test_off_remembers_nothing() -> None:
     assert not bank.enabled and bank.partition().n_tokens == 0
 
 
+@pytest.mark.slow
 def test_a_lookup_in_a_full_50_mb_memory_costs_microseconds(qwen: Engine) -> None:
     """The cost of a proposal (the lookup, and the count of what the places found agree
     on) does not grow with the history (an index of 4-token keys, at most MAX_CANDIDATES

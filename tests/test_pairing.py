@@ -43,6 +43,7 @@ def test_three_families_are_incompatible_with_the_failing_rule(
     assert not v.compatible
 
 
+@pytest.mark.slow
 def test_requantized_target_is_compatible(
     qwen_f16_path: Path, qwen_path: Path, qwen_q4_0_path: Path
 ) -> None:
@@ -57,6 +58,7 @@ def test_requantized_target_is_compatible(
     assert v.compatible and not v.warnings and v.draft.matrix_share({"Q4_0"}) == 1.0
 
 
+@pytest.mark.slow
 def test_reverse_direction_warns_that_the_draft_is_not_smaller(qwen_f16_path, qwen_path) -> None:  # type: ignore[no-untyped-def]
     v = check(qwen_path, qwen_f16_path)
     assert v.compatible and any("size" in w for w in v.warnings)

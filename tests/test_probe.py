@@ -29,6 +29,7 @@ from localspec.probe_results import ProbeConfig, saved_choice
 from localspec.prompts import load_prompt_file, select_prompts
 
 
+@pytest.mark.slow
 def test_probe_ranks_saves_and_feeds_mode_auto(
     capsys, monkeypatch, tmp_path, qwen_f16_path, qwen_path, smollm_path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -46,6 +47,8 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
             "32",
             "--lengths",
             "4,8",
+            "--repeat",
+            "2",
             "--modes",
             "ngram-simple,draft-self,draft-mtp,draft-model",
             "--json",
@@ -115,6 +118,7 @@ def test_probe_ranks_saves_and_feeds_mode_auto(
     assert abs(ran["stats"]["acceptance_rate"] - probed["acceptance_rate"]) < 0.05
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_partial_results(qwen_path: Path, tmp_path: Path) -> None:
     env = {
         **os.environ,
@@ -301,6 +305,7 @@ def test_mode_auto_refuses_a_damaged_or_stale_probe_file(  # type: ignore[no-unt
     assert "Traceback" not in err and "internal error" not in err
 
 
+@pytest.mark.slow
 def test_probe_measures_the_memory_with_the_earlier_prompts_remembered(
     capsys, monkeypatch, tmp_path, qwen_path
 ) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,8 @@ import pytest
 from localspec.cli import main
 from localspec.measure import CEILING_SLACK
 
+pytestmark = pytest.mark.slow  # a CPU hog for a minute: the whole suite only
+
 HOG = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    pass\n"
 
 

@@ -148,6 +148,7 @@ def test_pull_repo_file_downloads_into_the_hf_cache(tmp_path: Path, hub: str) ->
     assert path.with_name(path.name + ".verified").exists()  # hub SHA-256 checked
 
 
+@pytest.mark.slow
 def test_pull_repo_alone_finds_its_only_gguf(tmp_path: Path, hub: str) -> None:
     done = pull(tmp_path, hub, REPO)
     assert done.returncode == 0, done.stderr
@@ -170,6 +171,7 @@ def test_offline_pull_uses_the_cache_or_says_why(tmp_path: Path, hub: str) -> No
     assert HubHandler.requests == []
 
 
+@pytest.mark.slow
 def test_pull_survives_a_broken_download(tmp_path: Path, hub: str) -> None:
     """The connection breaks half-way: the download resumes with a range request."""
     data = FILES["tiny-q4.gguf"]
@@ -213,6 +215,7 @@ def test_pull_killed_mid_download_resumes_in_the_next_process(tmp_path: Path, hu
     assert not list((tmp_path / "hf").rglob("*.localspec-partial"))
 
 
+@pytest.mark.slow
 def test_pull_unknown_file_is_a_clear_error(tmp_path: Path, hub: str) -> None:
     done = pull(tmp_path, hub, f"{REPO}:nope.gguf")
     assert done.returncode == 2 and "cannot download" in done.stderr

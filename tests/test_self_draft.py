@@ -77,6 +77,7 @@ def test_layer_subset_renumbers_blocks_and_slices_per_layer_metadata(tmp_path: P
     assert read_header(dest).metadata["localspec.derivation.self_draft.layers"] == "0,3"
 
 
+@pytest.mark.slow
 def test_self_draft_is_built_once_reused_and_rebuilt_when_damaged(
     qwen_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:  # type: ignore[no-untyped-def]
@@ -115,6 +116,7 @@ def qwen_draft_self(qwen_path: Path):  # type: ignore[no-untyped-def]
         yield engine
 
 
+@pytest.mark.slow
 def test_draft_self_is_lossless(qwen_draft_self: Engine) -> None:
     check_mode(qwen_draft_self, "draft-self", SpecConfig(n_max=4, adaptive=False))
 

@@ -134,6 +134,7 @@ def test_chat_streaming_puts_stats_on_the_final_chunk(base: str) -> None:
     assert text.strip()
 
 
+@pytest.mark.slow
 def test_per_request_override_does_not_leak(base: str) -> None:
     body = {"prompt": REPEAT, "max_tokens": 30, "temperature": 0}
     off = post(base, "/v1/completions", {**body, "speculative": {"mode": "none"}}).json()
@@ -412,7 +413,7 @@ def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
         # a client still sending its body does not hold the stop (a supervisor would kill
         # the process before it saves its memory: docker stop waits 10 s), and is told why
         stalled.settimeout(30)
-        answer = stalled.recv(4096).decode()
+        answer = _read_response(stalled)
         told_after = time.time() - stopped_at
         stalled.close()
         code = proc.wait(timeout=30)
@@ -426,6 +427,25 @@ def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
     assert "Traceback" not in err and "Exception" not in err, err
 
 
+def _read_response(sock: socket.socket) -> str:
+    """A whole HTTP response: its head and its body can come in separate packets."""
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
+def _length(data: bytes) -> int:
+    for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
 def _half_sent_request(port: int) -> socket.socket:
     """A connection whose request announces 100 bytes of body and sends 12."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -435,6 +455,7 @@ def _half_sent_request(port: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signals", [1, 2])
 def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
     smollm_path: Path, tmp_path: Path, signals: int

@@ -82,6 +82,7 @@ def test_mirror_chunks_are_joined_and_verified(tmp_path: Path, mirror: Path) -> 
     assert not list((tmp_path / "cache" / "models").glob("*.part"))
 
 
+@pytest.mark.slow
 def test_mirror_checksum_mismatch_removes_the_file(tmp_path: Path, mirror: Path) -> None:
     joined = b"".join(CHUNKS)
     write_catalog(tmp_path / "models.toml", "0" * 64, len(joined))
@@ -91,6 +92,7 @@ def test_mirror_checksum_mismatch_removes_the_file(tmp_path: Path, mirror: Path)
     assert list((tmp_path / "cache" / "models").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_wrong_entry_does_not_remove_a_file_verified_before(tmp_path: Path, mirror: Path) -> None:
     """Two catalog entries may name one file: the one with a wrong checksum or size is what
     is wrong, not the file fetched and verified whole for the other."""
@@ -130,6 +132,7 @@ def test_hugging_face_cache_is_used_offline(tmp_path: Path) -> None:
     assert not (tmp_path / "cache" / "models").exists()
 
 
+@pytest.mark.slow
 def test_a_pure_derivation_puts_every_matrix_in_the_asked_type(qwen_q4_0_path: Path) -> None:
     # the catalog's CPU draft: every weight matrix in Q4_0 (llama.cpp's repacked kernels), not
     # the Q6_K head and Q5_0/Q8_0 fallbacks a plain Q4_0 quantization keeps

@@ -43,6 +43,7 @@ def test_serve_and_chat_remember_by_default_and_run_does_not() -> None:
     assert options("run", "-md", "d.gguf")["mode"] == "draft-model"
 
 
+@pytest.mark.slow
 def test_a_draft_model_follows_the_memory(qwen_cpu_pair: Engine) -> None:
     """The chain serve and chat run with -md: remembered text drafted without the draft
     model, the rest by it; greedy output as plain decoding's, up to a measured near tie."""
@@ -87,6 +88,7 @@ def test_a_file_that_hides_a_catalog_name_is_named(capsys, tmp_path: Path, monke
     assert "hides the catalog model smollm2-135m" in err and "rename or move" in err
 
 
+@pytest.mark.slow
 def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_path: Path) -> None:
     memory = tmp_path / "memory.npz"
     args = ("run", str(qwen_path), "-p", PROMPT, "-n", "48", "--spec-memory", str(memory))
@@ -110,6 +112,7 @@ def test_run_remembers_across_processes_through_the_file(qwen_path: Path, tmp_pa
     assert notes.read_text() == "not a memory file"
 
 
+@pytest.mark.slow
 def test_compare_keeps_its_plain_runs_out_of_the_memory(qwen_path: Path, tmp_path: Path) -> None:
     """The plain baselines of --compare are not remembered: the speculative run would copy
     them and report a speedup no new request gets."""
@@ -122,6 +125,7 @@ def test_compare_keeps_its_plain_runs_out_of_the_memory(qwen_path: Path, tmp_pat
         assert kept["lengths"].size == 1  # the speculative run only
 
 
+@pytest.mark.slow
 def test_each_api_key_has_its_own_memory(qwen_path: Path, tmp_path: Path) -> None:
     with (
         Engine.load(

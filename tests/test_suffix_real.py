@@ -4,6 +4,7 @@ the first answer, and the answer is still the target's own."""
 from collections import Counter
 
 import numpy as np
+import pytest
 from scipy.stats import chi2_contingency
 
 from localspec.api import Engine
@@ -24,6 +25,7 @@ def test_a_request_asked_again_is_drafted_from_the_first_answer(qwen: Engine) ->
     assert report.ok, report
 
 
+@pytest.mark.slow
 def test_a_chain_falls_back_on_the_lookup_when_memory_has_nothing(qwen: Engine) -> None:
     qwen.memory.clear()
     fresh = "Rename `total` to `grand_total` and print the file:\n\n" + "\n".join(
@@ -54,6 +56,7 @@ def _second_colours(engine: Engine, mode: str, seeds: range) -> tuple[Counter[st
     return counts, drafted
 
 
+@pytest.mark.slow
 def test_sampling_with_drafts_from_memory_keeps_the_distribution(qwen: Engine) -> None:
     """The memory drafts what followed the same first colour in a remembered answer (one-hot);
     rejection sampling must still draw each second colour as often as plain sampling does."""
@@ -76,6 +79,7 @@ EDIT = (
 )
 
 
+@pytest.mark.slow
 def test_a_seed_gives_plain_samplings_text_whatever_the_memory_drafted(qwen: Engine) -> None:
     """A lookup's draft is judged by the target's own draw at each output position, from the
     seed and the position alone: the same seed gives plain sampling's text, however much of

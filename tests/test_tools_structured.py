@@ -79,6 +79,7 @@ def test_a_tool_call_comes_back_as_tool_calls(client: openai.OpenAI, choice: str
     assert json.loads(call.function.arguments)["city"] == "Paris"
 
 
+@pytest.mark.slow
 def test_a_named_tool_choice_is_the_one_called(client: openai.OpenAI) -> None:
     named = {"type": "function", "function": {"name": "get_time"}}
     reply = chat(client, ASK, tools=[WEATHER, TIME], tool_choice=named).choices[0]
@@ -86,6 +87,7 @@ def test_a_named_tool_choice_is_the_one_called(client: openai.OpenAI) -> None:
     assert json.loads(reply.message.tool_calls[0].function.arguments)["city"] == "Paris"
 
 
+@pytest.mark.slow
 def test_the_same_tool_call_every_time(client: openai.OpenAI) -> None:
     calls = {
         chat(client, ASK, tools=[WEATHER]).choices[0].message.tool_calls[0].function.arguments
@@ -112,6 +114,7 @@ def test_streamed_tool_call_deltas(client: openai.OpenAI) -> None:
     assert json.loads(calls[0]["arguments"])["city"] == "Paris"
 
 
+@pytest.mark.slow
 def test_the_turn_after_a_tool_result(client: openai.OpenAI) -> None:
     first = chat(client, ASK, tools=[WEATHER], tool_choice="required").choices[0].message
     result = {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": '{"temp_c": 18}'}
@@ -135,6 +138,7 @@ def test_json_object_answer_is_an_object(client: openai.OpenAI) -> None:
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
 
 
+@pytest.mark.slow
 def test_a_function_without_parameters_is_called_without_arguments(client: openai.OpenAI) -> None:
     bare = {"type": "function", "function": {"name": "get_time", "description": "Local time"}}
     reply = chat(client, ASK, tools=[bare], tool_choice="required").choices[0]
@@ -195,6 +199,7 @@ def test_langchain_bind_tools_round_trip(base: str) -> None:
     assert "18" in answer.content and not answer.tool_calls
 
 
+@pytest.mark.slow
 def test_langchain_structured_output(base: str) -> None:
     from langchain_openai import ChatOpenAI
 
@@ -210,6 +215,7 @@ def test_langchain_structured_output(base: str) -> None:
         assert person == Person(name="Bob", age=31), method
 
 
+@pytest.mark.slow
 def test_litellm_tool_call(base: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network here
     import litellm
@@ -226,6 +232,7 @@ def test_litellm_tool_call(base: str, monkeypatch) -> None:  # type: ignore[no-u
     assert reply.choices[0].message.tool_calls[0].function.name == "get_weather"
 
 
+@pytest.mark.slow
 def test_a_stream_with_tools_but_no_call_is_plain_content(base: str) -> None:
     body = {
         "messages": [{"role": "user", "content": "Say hello in French, in two words."}],

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual import events
 
 from localspec.tui.app import ChatApp, ChatOptions
@@ -96,6 +97,7 @@ async def stop_a_long_answer(app: ChatApp, pilot, key: str) -> None:  # type: ig
     await answered(app, pilot)
 
 
+@pytest.mark.slow
 async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=600)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -123,6 +125,7 @@ async def test_escape_stops_and_the_next_prompt_works(smollm_path: Path) -> None
         assert not app.is_running
 
 
+@pytest.mark.slow
 async def test_a_pasted_text_keeps_its_lines_and_ctrl_j_starts_one(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=4)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -160,6 +163,7 @@ async def palette(pilot, entry: str) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause(0.3)
 
 
+@pytest.mark.slow
 async def test_mode_switch_from_the_command_palette(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=40)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -176,6 +180,7 @@ async def test_mode_switch_from_the_command_palette(smollm_path: Path) -> None:
         assert app.chat.session.turns == []  # the palette ran the screen's own action
 
 
+@pytest.mark.slow
 async def test_save_and_load_round_trip_and_damaged_file(smollm_path: Path, tmp_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=12)
     saved = tmp_path / "chat.json"
@@ -212,6 +217,7 @@ async def test_save_and_load_round_trip_and_damaged_file(smollm_path: Path, tmp_
         assert any("not loaded" in str(n.message) for n in app._notifications)
 
 
+@pytest.mark.slow
 async def test_a_new_or_loaded_chat_drops_the_answer_being_written(
     smollm_path: Path, tmp_path: Path
 ) -> None:
@@ -263,6 +269,7 @@ async def test_a_chat_loaded_without_a_system_message_keeps_the_flags_one(
         assert app.chat.session.system == "Be brief."
 
 
+@pytest.mark.slow
 async def test_a_small_context_keeps_a_share_for_the_answer(smollm_path: Path) -> None:
     """-c 256: a short question is answered, not sent to the context-full dialog."""
     app = make_app(smollm_path, n_ctx=256, max_tokens=1024)
@@ -273,6 +280,7 @@ async def test_a_small_context_keeps_a_share_for_the_answer(smollm_path: Path) -
         assert app.chat.session.turns[-1]["role"] == "assistant"
 
 
+@pytest.mark.slow
 async def test_a_draft_that_does_not_load_leaves_the_chat_as_it_was(smollm_path: Path) -> None:
     app = make_app(smollm_path, max_tokens=8)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -287,6 +295,7 @@ async def test_a_draft_that_does_not_load_leaves_the_chat_as_it_was(smollm_path:
         assert app.chat.session.turns[-1]["role"] == "assistant"
 
 
+@pytest.mark.slow
 async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
     app = make_app(smollm_path, n_ctx=512, max_tokens=8)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -317,6 +326,7 @@ async def test_full_context_offers_trim_or_new_chat(smollm_path: Path) -> None:
         assert app.chat.query_one("#prompt").value.startswith("word word")
 
 
+@pytest.mark.slow
 async def test_a_prompt_the_context_full_dialog_cancels_or_moves_is_not_lost(smollm_path: Path):  # type: ignore[no-untyped-def]
     app = make_app(smollm_path, n_ctx=512, max_tokens=8)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -362,6 +372,7 @@ async def test_loading_reports_progress_and_answers_render_markdown(smollm_path:
         assert isinstance(answer.renderable(), Markdown)
 
 
+@pytest.mark.slow
 async def test_tokens_from_the_speculation_memory_have_their_own_colour(smollm_path: Path) -> None:
     from localspec.tui.widgets.message_view import DRAFTER_STYLES
 
@@ -417,6 +428,7 @@ def run_in_terminal(
     return os.waitstatus_to_exitcode(status)
 
 
+@pytest.mark.slow
 def test_quitting_while_an_answer_streams_exits_cleanly_and_keeps_the_memory(
     smollm_path: Path, tmp_path: Path
 ) -> None:
@@ -437,6 +449,7 @@ def test_quitting_while_an_answer_streams_exits_cleanly_and_keeps_the_memory(
     assert memory.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_killed_or_hung_up_chat_keeps_the_memory(smollm_path: Path, tmp_path: Path) -> None:
     """SIGTERM (a kill) or SIGHUP (the terminal closed) ends the chat as ctrl+q does: the
     speculation memory of the session is written on the way out."""
@@ -454,6 +467,7 @@ def test_a_killed_or_hung_up_chat_keeps_the_memory(smollm_path: Path, tmp_path: 
         assert memory.stat().st_size > 0, signum
 
 
+@pytest.mark.slow
 def test_standard_error_redirected_still_shows_the_chat(smollm_path: Path, tmp_path: Path) -> None:
     """``2>log`` in a terminal: the chat draws on the terminal of standard output (Textual
     draws on standard error, which would leave the screen blank)."""
@@ -465,6 +479,7 @@ def test_standard_error_redirected_still_shows_the_chat(smollm_path: Path, tmp_p
     assert "\x1b[" not in said  # the screen went to the terminal, not the log
 
 
+@pytest.mark.slow
 def test_without_a_terminal_the_chat_reads_a_prompt_a_line(smollm_path: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     """A pipe, a script or a background job: no screen drawn for nobody, no hang; each line
     is a turn of one conversation, answered on standard output; the input's end ends it."""
