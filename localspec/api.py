@@ -16,7 +16,6 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,10 @@ from localspec.engine.loop import (
     TokenLogprob,
 )
 from localspec.engine.model_context import (
-    FLASH_ATTN_CHOICES,
-    ContextOptions,
     FlashAttn,
     ModelContext,
 )
-from localspec.engine.mtp import MtpContext, check_nextn
+from localspec.engine.mtp import MtpContext
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.scoring import score_tokens
 from localspec.engine.settings import GenerationSettings
@@ -56,24 +53,15 @@ from localspec.engine.stats import Stats
 from localspec.engine.turns import EngineTurns
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
-from localspec.fileops import check_output_path
 from localspec.interrupts import interrupts_kept
+from localspec.loading import close_models, load_models
 from localspec.memory_bank import (
     DEFAULT_MEMORY_MB,
     DEFAULT_PARTITION,
     MemoryBank,
-    default_memory_file,
-    refuse_foreign_file,
 )
-from localspec.modes import LOOKUP_MODES, canonical, neural_part, parse_mode
-from localspec.pairing import vocab_problems
-from localspec.probe_results import saved_choice
-from localspec.progress import status
-from localspec.sources import resolve_model
+from localspec.modes import LOOKUP_MODES, canonical, parse_mode
 
-# rollback depth asked of recurrent/hybrid targets: each step kept costs one copy of the
-# recurrent state, so drafts for such targets are capped at this length
-MAX_RECURRENT_ROLLBACK = 16
 CHAIN_NEURAL_N_MAX = 16  # a neural drafter's cap inside a chain (the lookup's is size-m)
 MTP_STEP_SHARE = 0.1  # an MTP head's step, as a share of a target step (modelled times)
 
@@ -88,93 +76,6 @@ class GenerationResult:
     mode: str
     margins: list[float] = field(default_factory=list)
     runners_up: list[tuple[int, ...]] = field(default_factory=list)
-
-
-def resolve_mode(mode: str | None, has_draft: bool, suffix_first: bool = False) -> str:
-    """No mode: draft-model when a draft is given, else ngram-simple (``suffix_first``: after
-    the suffix lookup, which costs nothing when it finds nothing). Check the combination."""
-    default = "draft-model" if has_draft else "ngram-simple"
-    mode = mode or (f"suffix+{default}" if suffix_first else default)
-    if mode == "auto":
-        if has_draft:
-            raise LocalspecError(
-                "--mode auto chooses the draft itself (from `localspec probe --save`)",
-                "drop the draft model (-md/--model-draft, draft=), or pick a mode",
-            )
-        return mode
-    mode = canonical(mode)
-    uses_draft_model = neural_part(mode) == "draft-model"
-    if uses_draft_model and not has_draft:
-        raise LocalspecError(
-            f"--mode {mode} needs a draft model",
-            "give one (-md/--model-draft, draft=), or use the mode ngram-simple or draft-self",
-        )
-    if not uses_draft_model and has_draft:
-        raise LocalspecError(
-            f"a draft model was given but --mode is {mode}, which does not use one",
-            "drop the draft model (-md/--model-draft, draft=), or use the mode draft-model",
-        )
-    return mode
-
-
-def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecConfig]:
-    """``--mode auto``: the winner of the saved probe of this target (mode, draft, length)."""
-    from localspec.progress import status
-
-    choice = saved_choice(target)
-    if choice is None:
-        status(
-            f"--mode auto: no saved probe for {target.name}, using ngram-simple "
-            f"(run `localspec probe {target} --save` to measure)"
-        )
-        return "ngram-simple", None, spec
-    if choice.mode == "none":
-        status("--mode auto: plain decoding (the saved probe found no draft that pays here)")
-    else:
-        status(f"--mode auto: {choice.label} (from the saved probe)")
-    n_max = choice.n_max if choice.mode != "none" else spec.n_max
-    return choice.mode, choice.draft, replace(spec, n_max=n_max, n_min=min(spec.n_min, n_max))
-
-
-LARGE_CONTEXT = 131_072  # above this, the cache's size is checked against the machine first
-# the estimate counts every layer as attention: a hybrid model's cache is up to ~4x smaller
-CACHE_ESTIMATE_SLACK = 4.0
-
-
-def check_context_fits(target: Path, n_ctx: int) -> None:
-    """A context whose cache cannot fit in this machine's memory is refused at once (llama.cpp
-    would spend a minute trying to allocate it)."""
-    if n_ctx <= LARGE_CONTEXT:
-        return
-    import psutil
-
-    from localspec.derivation.gguf_info import gguf_info
-
-    need = gguf_info(target).kv_cache_bytes(n_ctx)
-    have = psutil.virtual_memory().total + psutil.swap_memory().total
-    if need > CACHE_ESTIMATE_SLACK * have:
-        raise LocalspecError(
-            f"a context of {n_ctx} tokens needs about {need / 2**30:.0f} GiB for its cache; "
-            f"this machine has {have / 2**30:.0f} GiB",
-            "lower the context size (-c / n_ctx; 0: the model's trained length)",
-        )
-
-
-def load_memories(
-    target: ModelContext, max_mb: float, path: str | os.PathLike[str] | None
-) -> MemoryBank:
-    """The suffix drafter's memories for this target: token ids belong to its vocabulary,
-    so a memory file names the model it was written for."""
-    model = f"{target.path.name}|{target.n_vocab}"
-    return MemoryBank(max_mb, Path(path) if path is not None else None, model, target.n_vocab)
-
-
-def check_memory_file(path: Path, flag: str = "--spec-memory (spec_memory_path)") -> None:
-    """Refuse a memory path that cannot be written, or a file that is not a memory file,
-    before the models load."""
-    check_output_path(path, flag)
-    if path.exists():
-        refuse_foreign_file(path)
 
 
 class Engine:
@@ -265,104 +166,31 @@ class Engine:
         suffix drafter's memory of earlier generations (0: none); ``spec_memory_path``: a
         file that keeps it across runs (``--spec-memory``; True: the cache's file for this
         target)."""
-        checks.load_arguments(
-            target, draft, n_ctx, n_threads, n_gpu_layers, n_gpu_layers_draft, progress
+        models = load_models(
+            target,
+            draft,
+            mode,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_gpu_layers=n_gpu_layers,
+            n_gpu_layers_draft=n_gpu_layers_draft,
+            flash_attn=flash_attn,
+            spec=spec,
+            ngram=ngram,
+            progress=progress,
+            self_layers=self_layers,
+            self_quant=self_quant,
+            spec_memory_mb=spec_memory_mb,
+            spec_memory_path=spec_memory_path,
         )
-        checks.mode_name(mode)
-        mode = resolve_mode(mode, draft is not None)
-        checks.memory_cap(spec_memory_mb)
-        spec_memory_path = checks.memory_path(spec_memory_path, spec_memory_mb)
-        spec = checks.spec(spec) if spec is not None else SpecConfig()
-        ngram = checks.ngram(ngram) if ngram is not None else NgramParams()
-        validate_ngram(ngram)
-        if flash_attn not in FLASH_ATTN_CHOICES:
-            raise LocalspecError(
-                f"flash_attn={flash_attn!r} is not a flash-attention setting",
-                f"use one of {', '.join(FLASH_ATTN_CHOICES)}",
-            )
-        target_path = resolve_model(target)
-        check_context_fits(target_path, n_ctx)
-        if n_threads is None:
-            n_threads = threads_now()
-        elif n_threads > (os.cpu_count() or 1):
-            status(
-                f"{n_threads} threads on {os.cpu_count()} logical cores: llama.cpp's threads "
-                "wait for one another, decoding will be far slower than with fewer",
-                True,
-            )
-        if mode == "auto":
-            mode, draft, spec = auto_choice(target_path, spec)
-        if spec_memory_mb == 0 and SuffixDrafter.name in parse_mode(mode):
-            raise LocalspecError(
-                f"--mode {mode} drafts from the speculation memory, which is turned off "
-                "(--no-spec-memory, spec_memory_mb=0)",
-                "turn the memory on, or choose a mode without suffix",
-            )
-        if spec_memory_path is True:
-            spec_memory_path = default_memory_file(target_path)
-            spec_memory_path.parent.mkdir(parents=True, exist_ok=True)
-        if spec_memory_path is not None:
-            check_memory_file(Path(spec_memory_path))
-        draft_kind = neural_part(mode) if mode != "none" else None
-        if self_layers is not None and draft_kind != "draft-self":
-            raise LocalspecError(
-                "--spec-self-layers applies to --mode draft-self only",
-                "drop it, or add draft-self to --mode",
-            )
-        if draft_kind == "draft-self":
-            from localspec.derivation.self_draft import ensure_self_draft
-
-            draft = ensure_self_draft(target_path, self_layers, self_quant).path
-        draft_path = resolve_model(draft) if draft is not None else None
-        if draft_kind == "draft-mtp":
-            check_nextn(target_path)
-        target_backend = ModelContext(
-            target_path,
-            ContextOptions(
-                n_ctx,
-                n_threads,
-                n_gpu_layers,
-                n_rs_seq=min(spec.n_max, MAX_RECURRENT_ROLLBACK),
-                load_mtp=draft_kind == "draft-mtp",
-                flash_attn=flash_attn,
-            ),
-            partial(progress, "target") if progress else None,
-        )
-        draft_backend: ModelContext | None = None
-        mtp = None
-        try:
-            spec.validate(target_backend.n_batch)  # a small context has a smaller batch
-            if draft_kind == "draft-mtp":
-                mtp = MtpContext(target_backend)
-            elif draft_path is not None:
-                draft_backend = ModelContext(
-                    draft_path,
-                    # the target's context, also when -c 0 let llama.cpp choose it
-                    ContextOptions(
-                        target_backend.n_ctx, n_threads, n_gpu_layers_draft, flash_attn=flash_attn
-                    ),
-                    partial(progress, "draft") if progress else None,
-                )
-                if draft_kind == "draft-model":
-                    check_pair(target_backend, draft_backend)
-            memories = load_memories(target_backend, spec_memory_mb, spec_memory_path)
-        except BaseException:
-            if draft_backend is not None:
-                draft_backend.close()
-            target_backend.close()
-            raise
-        return cls(target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp, memories)
+        return cls(**vars(models))
 
     def close(self) -> None:
         """Free the models (once a running step is over); every later call is refused."""
         if not self._turns.close():
             return
         self.memories.close()
-        if self.mtp is not None:
-            self.mtp.close()
-        self.target.close()
-        if self.draft is not None:
-            self.draft.close()
+        close_models(self.target, self.draft, self.mtp)
 
     def __enter__(self) -> Engine:
         return self
@@ -701,20 +529,6 @@ RANDOM_SEED = -1  # llama.cpp's convention: -1 asks for a random seed
 MAX_SEED = (1 << 64) - 1
 
 
-def threads_now() -> int:
-    """All physical cores, less those other processes keep busy (said when it is fewer)."""
-    from localspec.hardware import choose_threads, default_threads
-    from localspec.progress import status
-
-    threads, load = choose_threads()
-    if threads < default_threads():
-        status(
-            f"threads: {threads} of {default_threads()} cores (other processes keep "
-            f"{100 * load.others_share:.0f}% of the machine busy; -t or n_threads sets it)"
-        )
-    return threads
-
-
 def validate_sampling(
     temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None
 ) -> SamplingParams:
@@ -735,29 +549,3 @@ def validate_sampling(
             f"seed must be between 0 and 2^64-1, or -1 for a random seed (got {seed})"
         )
     return SamplingParams(temperature, top_k, top_p, min_p, None if seed == RANDOM_SEED else seed)
-
-
-def validate_ngram(params: NgramParams) -> None:
-    for flag, value in (
-        ("size-n", params.size_n),
-        ("size-m", params.size_m),
-        ("min-hits", params.min_hits),
-        ("min-n", params.min_n),
-    ):
-        if value < 1:
-            raise LocalspecError(f"--spec-ngram-simple-{flag} must be >= 1 (got {value})")
-    if params.min_n > params.size_n:
-        raise LocalspecError(
-            f"--spec-ngram-simple-min-n ({params.min_n}) must not exceed size-n ({params.size_n})"
-        )
-
-
-def check_pair(target: ModelContext, draft: ModelContext) -> None:
-    """llama.cpp's vocabulary rules for a draft model; refuse with the failing rule."""
-    problems = vocab_problems(target.vocab_view(), draft.vocab_view())
-    if problems:
-        raise LocalspecError(
-            f"incompatible draft {draft.path.name} for target {target.path.name}: "
-            + "; ".join(problems),
-            "use a draft of the same family and tokenizer (see `localspec pairs`)",
-        )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.api import resolve_mode
 from localspec.errors import LocalspecError
+from localspec.loading import resolve_mode
 from localspec.modes import canonical, neural_part, parse_mode
 
 

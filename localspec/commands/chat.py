@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localspec.api import check_memory_file, validate_sampling
+    from localspec.api import validate_sampling
+    from localspec.loading import check_memory_file
     from localspec.sources import resolve_model
     from localspec.tui.app import ChatApp, ChatOptions
 

@@ -215,8 +215,8 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``Engine.load`` from the shared model and spec flags."""
-    from localspec.api import resolve_mode
     from localspec.catalog import load_catalog
+    from localspec.loading import resolve_mode
 
     forget = getattr(args, "no_spec_memory", False)
     memory_file = getattr(args, "spec_memory", None)

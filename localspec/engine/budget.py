@@ -1,0 +1,134 @@
+"""How many tokens each active generation drafts in a step where all of them are verified in
+one batch: the load-aware draft budget.
+
+A step decodes ``base_rows`` (one row per generation, plus any prompt chunk) and every
+drafted token. Generation i emits ``1 + E_i(k_i)`` tokens, where ``E_i(k)`` is the number of
+drafted tokens it expects accepted out of k (from its per-position acceptance estimates),
+and the step takes ``cost(base_rows + sum k) + sum d_i k_i`` seconds (the calibrated batch
+cost curve, and each drafter's own time per token). The budget maximises tokens per second
+of the whole step: draft tokens go where they add the most, and none are given once the
+next would not pay. With one generation this is the adaptive controller's choice of length
+(``AdaptiveController._best_length``); with many on a compute-bound machine, the batch is
+already as wide as pays and the budget is usually zero: plain batched decoding.
+
+Pure numpy: no llama.cpp, so it is tested on hand-built cost curves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.engine.adaptive import MARGIN
+
+# a generation that did not draft last step starts only past the gain a lone generation's
+# controller asks of a draft length (and keeps drafting while it gains at all: hysteresis)
+ADD_MARGIN = MARGIN
+
+
+@dataclass(frozen=True)
+class DraftDemand:
+    """One generation's case for draft tokens this step. ``acceptance[j]``: the chance that
+    drafted token j+1 is accepted given the ones before it were; ``cap``: the most it may
+    draft now (its drafter's and controller's limits, the room left in its context);
+    ``seconds_per_token``: what drafting one token costs it (0 for lookups); ``drafting``:
+    whether it drafted last step (hysteresis); ``pinned``: a fixed length (a request with
+    adaptive drafting off, or plain decoding: 0)."""
+
+    acceptance: np.ndarray
+    cap: int
+    seconds_per_token: float = 0.0
+    drafting: bool = False
+    pinned: int | None = None
+    n_min: int = 1
+
+    def expected_tokens(self) -> np.ndarray:
+        """Tokens emitted for each draft length k = 0..cap: the target's own plus the
+        drafted ones expected to be accepted."""
+        kept = np.cumprod(np.asarray(self.acceptance, dtype=float)[: self.cap])
+        return 1.0 + np.concatenate([[0.0], np.cumsum(kept)])
+
+
+def allocate(
+    demands: Sequence[DraftDemand],
+    base_rows: int,
+    cost: Callable[[np.ndarray], np.ndarray],
+    max_rows: int | None = None,
+    add_margin: float = ADD_MARGIN,
+) -> list[int]:
+    """Draft lengths, one per demand, that maximise the step's predicted tokens per second.
+
+    Every token a generation could draft has a chance of being accepted (the product of the
+    acceptances up to it, falling along a draft). The candidate tokens of all generations are
+    ranked by that chance per second they add (their drafter's time, and a row's share of the
+    batch), and the step's throughput is predicted for every prefix of that ranking: a whole
+    prefix, not token by token, because the cost curve is a staircase on a CPU (one token more
+    can cost a step while the next three cost nothing). The best prefix wins; a generation
+    that was not drafting joins it only if it adds ``add_margin`` to the throughput."""
+    lengths = [d.pinned if d.pinned is not None else 0 for d in demands]
+    free = [i for i, d in enumerate(demands) if d.pinned is None]
+    room = max(0, max_rows - base_rows - sum(lengths)) if max_rows is not None else None
+    ranking = _ranked_tokens(demands, free, base_rows + sum(lengths), cost, room)
+    predict = _Throughput(demands, base_rows, cost)
+    best, best_speed = list(lengths), predict(lengths)
+    trial = list(lengths)
+    for slot in ranking:
+        trial[slot] += 1
+        if trial[slot] < demands[slot].n_min:
+            continue
+        if all(trial[i] == 0 or trial[i] >= demands[i].n_min for i in free):
+            speed = predict(trial)
+            if speed > best_speed:
+                best, best_speed = list(trial), speed
+    for i in free:  # hysteresis: a generation starts drafting only for a clear gain
+        if best[i] and not demands[i].drafting:
+            without = [*best[:i], 0, *best[i + 1 :]]
+            if best_speed <= predict(without) * (1 + add_margin):
+                best = without
+                best_speed = predict(best)
+    return best
+
+
+class _Throughput:
+    """Predicted tokens per second of a step with the given draft lengths."""
+
+    def __init__(
+        self,
+        demands: Sequence[DraftDemand],
+        base_rows: int,
+        cost: Callable[[np.ndarray], np.ndarray],
+    ) -> None:
+        self.expected = [d.expected_tokens() for d in demands]
+        self.per_token = np.array([d.seconds_per_token for d in demands])
+        self.base_rows = base_rows
+        self.cost = cost
+
+    def __call__(self, lengths: Sequence[int]) -> float:
+        tokens = sum(float(e[k]) for e, k in zip(self.expected, lengths, strict=True))
+        rows = self.base_rows + sum(lengths)
+        seconds = float(self.cost(np.array([rows]))[0]) + float(self.per_token @ lengths)
+        return tokens / seconds
+
+
+def _ranked_tokens(
+    demands: Sequence[DraftDemand],
+    free: Sequence[int],
+    rows: int,
+    cost: Callable[[np.ndarray], np.ndarray],
+    room: int | None,
+) -> list[int]:
+    """The generations the candidate draft tokens belong to, best first: by the chance that
+    the token is accepted, per second it adds (its drafter's, and a batch row's average
+    share over the rows the step could hold)."""
+    width = max(1, sum(demands[i].cap for i in free) if room is None else room)
+    span = np.array([rows, rows + width])
+    row_s = max(float(np.diff(cost(span))[0]) / width, 1e-12)
+    candidates = []
+    for i in free:
+        d = demands[i]
+        chances = np.cumprod(np.asarray(d.acceptance, dtype=float)[: d.cap])
+        candidates += [(-c / (row_s + d.seconds_per_token), i, j) for j, c in enumerate(chances)]
+    candidates.sort()
+    return [i for _, i, _ in candidates[:room]]

@@ -1,0 +1,111 @@
+"""The load-aware draft budget on hand-built cost curves: one generation drafts as the
+adaptive controller would, a full batch on a compute-bound machine drafts nothing, and draft
+tokens go where they are most likely to be accepted."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localspec.engine.adaptive import MARGIN, AdaptiveController
+from localspec.engine.budget import DraftDemand, allocate
+from localspec.engine.costs import VerifyCost
+
+N_MAX = 16
+SIZES = np.array([1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64, 128])
+
+
+def cpu_curve() -> VerifyCost:
+    """A small CPU: a batch of b rows costs about what b/3 one-row steps cost up to 12 rows,
+    then grows linearly (the batch ceiling is ~3x), with a staircase at multiples of 4."""
+    steps = np.ceil(SIZES / 4)
+    seconds = 0.03 * (1 + 0.25 * (SIZES - 1)) + 0.004 * steps
+    return VerifyCost(SIZES, seconds)
+
+
+def flat_curve() -> VerifyCost:
+    """A memory-bound GPU: any batch up to 64 rows costs one step."""
+    return VerifyCost(SIZES, np.where(SIZES <= 64, 0.01, 0.01 * SIZES / 64))
+
+
+def demand(acceptance: float, cap: int = N_MAX, **kw) -> DraftDemand:  # type: ignore[no-untyped-def]
+    return DraftDemand(np.full(N_MAX, acceptance), cap, **kw)
+
+
+def test_one_generation_drafts_what_its_controller_would() -> None:
+    rng = np.random.default_rng(3)
+    for curve in (cpu_curve(), flat_curve()):
+        controller = AdaptiveController(N_MAX, curve)
+        for _ in range(200):
+            acceptance = rng.uniform(0.0, 1.0, N_MAX + 1) ** rng.uniform(0.2, 3.0)
+            expected = controller._best_length(MARGIN, acceptance=acceptance)
+            [got] = allocate([DraftDemand(acceptance, N_MAX)], 1, curve)
+            assert got == expected, acceptance
+
+
+def test_a_full_batch_on_a_cpu_drafts_nothing_and_a_gpu_drafts_everywhere() -> None:
+    slots = [demand(0.7) for _ in range(8)]
+    assert allocate(slots[:1], 1, cpu_curve())[0] > 0  # alone, drafting pays
+    assert allocate(slots, 8, cpu_curve()) == [0] * 8  # eight wide, the batch is the gain
+    assert all(k > 0 for k in allocate(slots, 8, flat_curve()))
+
+
+def test_tokens_go_to_the_likeliest_drafts_first() -> None:
+    lengths = allocate([demand(0.3), demand(0.95), demand(0.6)], 3, cpu_curve())
+    assert lengths[1] == max(lengths) and lengths[1] > 0
+    assert lengths[0] <= lengths[2] <= lengths[1]
+
+
+def test_pinned_lengths_caps_and_the_batch_size_are_kept() -> None:
+    slots = [demand(0.9, pinned=0), demand(0.9, cap=3), demand(0.9, pinned=5), demand(0.9)]
+    lengths = allocate(slots, 4, flat_curve(), max_rows=4 + 12)
+    assert lengths[0] == 0 and lengths[1] <= 3 and lengths[2] == 5
+    assert sum(lengths) <= 12
+
+
+def test_a_generation_that_was_drafting_keeps_drafting_at_the_margin() -> None:
+    """Hysteresis: at a gain below the margin a new drafter stays off, a running one stays on."""
+    curve = cpu_curve()
+    for acceptance in np.linspace(0.2, 0.6, 41):
+        off = allocate([demand(acceptance)], 1, curve)[0]
+        on = allocate([demand(acceptance, drafting=True)], 1, curve)[0]
+        assert on >= off
+    assert any(
+        allocate([demand(a, drafting=True)], 1, curve)[0] > 0
+        and allocate([demand(a)], 1, curve)[0] == 0
+        for a in np.linspace(0.2, 0.6, 41)
+    )
+
+
+def test_a_costly_drafter_drafts_less() -> None:
+    free = allocate([demand(0.8)], 1, cpu_curve())[0]
+    costly = allocate([demand(0.8, seconds_per_token=0.02)], 1, cpu_curve())[0]
+    assert costly < free
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8),
+    st.integers(0, 4),
+    st.sampled_from(["cpu", "flat"]),
+)
+def test_the_budget_never_predicts_less_than_plain_batched_decoding(
+    acceptances: list[float], prefill: int, kind: str
+) -> None:
+    curve = cpu_curve() if kind == "cpu" else flat_curve()
+    slots = [demand(a) for a in acceptances]
+    base = len(slots) + prefill
+    lengths = allocate(slots, base, curve, max_rows=base + 64)
+    assert all(0 <= k <= N_MAX for k in lengths) and sum(lengths) <= 64
+
+    def speed(ks: list[int]) -> float:
+        tokens = sum(s.expected_tokens()[k] for s, k in zip(slots, ks, strict=True))
+        return tokens / float(curve(np.array([base + sum(ks)]))[0])
+
+    assert speed(lengths) >= speed([0] * len(slots))
+
+
+def test_pinned_drafts_that_fill_the_batch_leave_no_room() -> None:
+    slots = [demand(0.9, pinned=10), demand(0.99)]
+    assert allocate(slots, 2, flat_curve(), max_rows=2 + 8) == [10, 0]
