@@ -48,6 +48,7 @@ def test_two_threads_are_served_in_turn(engine: Engine) -> None:
         assert got == expected
 
 
+@pytest.mark.slow
 def test_a_suspended_stream_is_ended_by_a_later_call(engine: Engine) -> None:
     """Resumed, it would continue from the cache the other call left: another text."""
     expected = answer(engine, CODE)

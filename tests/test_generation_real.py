@@ -223,6 +223,7 @@ def test_a_reproducible_schedule_does_not_depend_on_timing(qwen: Engine, monkeyp
         assert result.stats.verify_ms >= 1000 * 0.03 * result.stats.rounds, case.name
 
 
+@pytest.mark.slow
 def test_a_seed_gives_the_same_answer_whatever_was_cached_before(qwen: Engine) -> None:
     """A prompt whose start an earlier request left in the cache would be decoded in other
     batches than a fresh one, with slightly other logits: a seeded draw near an edge then

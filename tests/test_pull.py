@@ -155,6 +155,7 @@ def test_pull_repo_alone_finds_its_only_gguf(tmp_path: Path, hub: str) -> None:
     assert Path(done.stdout.strip()).name == "tiny-q4.gguf"
 
 
+@pytest.mark.slow
 def test_offline_pull_uses_the_cache_or_says_why(tmp_path: Path, hub: str) -> None:
     missing = pull(tmp_path, hub, f"{REPO}:tiny-q4.gguf", HF_HUB_OFFLINE="1")
     assert missing.returncode == 2 and "no network and not in the cache" in missing.stderr

@@ -73,6 +73,7 @@ def test_each_request_is_compared_within_its_repeat() -> None:
     assert line.endswith("(median; 1 request of them noisy)")
 
 
+@pytest.mark.slow
 def test_a_tiny_scenario_bench_writes_json_and_markdown(
     capsys, tmp_path: Path, smollm_path
 ) -> None:  # type: ignore[no-untyped-def]
