@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from localspec.engine.model_context import (
 )
 from localspec.engine.mtp import MtpContext
 from localspec.engine.prompting import Message, build_prompt
+from localspec.engine.scheduler import DONE, BatchScheduler, SlotRequest, SlotWork
 from localspec.engine.scoring import score_tokens
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.spec_memory import SpecMemory
@@ -64,6 +66,19 @@ from localspec.modes import LOOKUP_MODES, canonical, parse_mode
 
 CHAIN_NEURAL_N_MAX = 16  # a neural drafter's cap inside a chain (the lookup's is size-m)
 MTP_STEP_SHARE = 0.1  # an MTP head's step, as a share of a target step (modelled times)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A checked request, its prompt read: what a generation is opened from."""
+
+    settings: GenerationSettings
+    sampling: SamplingParams
+    mode: str
+    spec: SpecConfig
+    tokens: list[int]
+    grammar: Grammar | None
+    record_margins: bool
 
 
 @dataclass(frozen=True)
@@ -91,15 +106,19 @@ class Engine:
         draft_kind: str | None = None,
         mtp: MtpContext | None = None,
         memories: MemoryBank | None = None,
+        parallel: int = 1,
     ) -> None:
         self.target, self.draft, self.mode, self.mtp = target, draft, mode, mtp
+        # generations answered together, in one batch per step (``engine/scheduler.py``)
+        self.parallel = parallel
+        self._slots: BatchScheduler | None = None
         # what drafts: "draft-model" (a second GGUF), "draft-self" (a layer subset of the
         # target) or "draft-mtp" (the target's NextN head, ``mtp``)
         self.draft_kind = draft_kind if draft is not None or mtp is not None else None
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
         self._draft_step: float | None = None
-        self._controllers: dict[tuple[str, SpecConfig], AdaptiveController] = {}
+        self._controllers: dict[tuple[str, SpecConfig, int], AdaptiveController] = {}
         self._byte_tokens: ByteTokens | None = None
         # earlier prompts and answers, for the suffix drafter
         self.memories = memories if memories is not None else MemoryBank(DEFAULT_MEMORY_MB)
@@ -110,15 +129,17 @@ class Engine:
         """The default partition of the suffix drafter's memory (see ``MemoryBank``)."""
         return self.memories.partition()
 
-    def verify_cost(self, n_max: int | None = None) -> VerifyCost:
+    def verify_cost(self, n_max: int | None = None, on: ModelContext | None = None) -> VerifyCost:
         """The target's batch-size cost curve, measured on first use (2-3 s on a 2-core CPU
-        for a 0.5B model; the server does it with the first request)."""
+        for a 0.5B model; the server does it with the first request). ``on``: the sequence
+        to measure at the end of (a free slot's; default the first)."""
         size = (n_max or self.spec.n_max) + 1
+        backend = on or self.target
         with self._turns.step():
             if self._cost is None or self._cost.sizes[-1] < size:
-                if self.target.n_past + size > self.target.n_ctx:
-                    self.target.trim(0)
-                self._cost = VerifyCost.measure(self.target, size)
+                if backend.n_past + size > backend.n_ctx:
+                    backend.trim(0)
+                self._cost = VerifyCost.measure(backend, size)
             return self._cost
 
     def use_cost(self, cost: VerifyCost) -> None:
@@ -156,6 +177,7 @@ class Engine:
         self_quant: str = "auto",
         spec_memory_mb: float = DEFAULT_MEMORY_MB,
         spec_memory_path: str | os.PathLike[str] | bool | None = None,
+        parallel: int = 1,
     ) -> Engine:
         """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
         ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1).
@@ -165,7 +187,9 @@ class Engine:
         (``--spec-self-layers``, ``--spec-self-quant``). ``spec_memory_mb``: the cap of the
         suffix drafter's memory of earlier generations (0: none); ``spec_memory_path``: a
         file that keeps it across runs (``--spec-memory``; True: the cache's file for this
-        target)."""
+        target). ``parallel``: how many generations run at once, verified in one batch
+        per step (``stream`` from several threads, or ``generate_many``); each has a
+        context of ``n_ctx`` tokens."""
         models = load_models(
             target,
             draft,
@@ -182,11 +206,14 @@ class Engine:
             self_quant=self_quant,
             spec_memory_mb=spec_memory_mb,
             spec_memory_path=spec_memory_path,
+            parallel=parallel,
         )
         return cls(**vars(models))
 
     def close(self) -> None:
         """Free the models (once a running step is over); every later call is refused."""
+        if self._slots is not None:
+            self._slots.close()
         if not self._turns.close():
             return
         self.memories.close()
@@ -216,7 +243,7 @@ class Engine:
         return build_prompt(self.target, prompt, chat, system, tools)
 
     def _controller(
-        self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None
+        self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None, slot: int = 0
     ) -> AdaptiveController | FixedLengthController | None:
         """One adaptive controller per (mode, settings), kept across generations: the costs
         it measured carry over to the next prompt (acceptance is learnt per answer). With
@@ -229,7 +256,7 @@ class Engine:
             return FixedLengthController(spec.n_max)
         if times is not None:
             return AdaptiveController(spec.n_max, times.cost, spec.n_min)
-        key = (mode, spec)
+        key = (mode, spec, slot)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
             self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
@@ -273,14 +300,20 @@ class Engine:
         spec: SpecConfig,
         grammar: GrammarState | None = None,
         memory_partition: str = DEFAULT_PARTITION,
+        target: ModelContext | None = None,
+        draft: ModelContext | None = None,
     ) -> Drafter | None:
         """The mode's drafter; under a grammar, a chain whose first link drafts what the
-        grammar forces (plain decoding, mode "none", stays plain)."""
+        grammar forces (plain decoding, mode "none", stays plain). ``target``/``draft``:
+        the sequences of a slot (default: the contexts' first)."""
         if mode == "none":
             return None
         parts = self._parts(mode, grammar)
         drafters = [
-            self._single_drafter(part, sampling, spec, grammar, memory_partition) for part in parts
+            self._single_drafter(
+                part, sampling, spec, grammar, memory_partition, target or self.target, draft
+            )
+            for part in parts
         ]
         if len(drafters) == 1:
             return drafters[0]
@@ -305,7 +338,11 @@ class Engine:
         spec: SpecConfig,
         grammar: GrammarState | None = None,
         memory_partition: str = DEFAULT_PARTITION,
+        target: ModelContext | None = None,
+        draft: ModelContext | None = None,
     ) -> Drafter:
+        target = target or self.target
+        draft = draft or self.draft
         if mode == SuffixDrafter.name:
             return SuffixDrafter(self.memories.partition(memory_partition))
         if mode == "ngram-simple":
@@ -317,16 +354,16 @@ class Engine:
         if mode == GrammarForcedDrafter.name:
             assert grammar is not None
             if self._byte_tokens is None:
-                self._byte_tokens = ByteTokens(self.target)
-            return GrammarForcedDrafter(self.target, grammar, self._byte_tokens)
+                self._byte_tokens = ByteTokens(target)
+            return GrammarForcedDrafter(target, grammar, self._byte_tokens)
         assert mode == self.draft_kind
         if mode == "draft-mtp":
             assert self.mtp is not None
             return MtpDrafter(self.mtp, sampling, spec.p_min)
-        assert self.draft is not None
+        assert draft is not None
         if mode == "draft-self":
-            return SelfDraftDrafter(self.draft, sampling, spec.p_min)
-        return DraftModelDrafter(self.draft, sampling, spec.p_min)
+            return SelfDraftDrafter(draft, sampling, spec.p_min)
+        return DraftModelDrafter(draft, sampling, spec.p_min)
 
     def stream(
         self,
@@ -369,8 +406,79 @@ class Engine:
         base = checks.settings(settings) if settings is not None else GenerationSettings()
         checks.setting_names(changes)
         s = checks.settings(base.but(**changes))
+        if self.parallel > 1:
+            yield from self._slot_stream(prompt, s, chat, system, record_margins, cancelled)
+            return
         generation = self._stream(prompt, s, chat, system, record_margins)
         yield from self._turns.run(self._cancellable(generation, cancelled))
+
+    def _slot_stream(
+        self,
+        prompt: str | Sequence[Message],
+        s: GenerationSettings,
+        chat: bool,
+        system: str | None,
+        record_margins: bool,
+        cancelled: Callable[[], bool] | None,
+    ) -> Iterator[RoundEvent]:
+        """A generation in one of the parallel slots: prepared here, run by the scheduler's
+        thread together with the others, its events read from its queue."""
+        self._turns.refuse_if_closed()
+        job = self._prepare(prompt, s, chat, system, record_margins)
+
+        def start(target: ModelContext, draft: ModelContext | None) -> SlotWork:
+            if job.mode != "none":  # calibrated on the free slot, before any controller
+                self.verify_cost(job.spec.n_max, on=target)
+            return self._open(job, target, draft)
+
+        request = SlotRequest(job.tokens, start, cancelled)
+        self.scheduler().submit(request)
+        try:
+            while (item := request.events.get()) is not DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, RoundEvent)
+                yield item
+        finally:
+            request.cancel()
+
+    def scheduler(self) -> BatchScheduler:
+        """The parallel slots' scheduler (``parallel`` > 1), started on first use."""
+        with self._turns.step():
+            if self._slots is None:
+                self._slots = BatchScheduler(
+                    self.target, self.draft, self.parallel, lambda: self._cost
+                )
+            return self._slots
+
+    def generate_many(
+        self,
+        prompts: Sequence[str | Sequence[Message]],
+        settings: GenerationSettings | None = None,
+        **kwargs: Any,
+    ) -> list[GenerationResult]:
+        """``generate`` for each prompt, as many at once as the engine has slots
+        (``parallel``), the results in the prompts' order. The first failure is raised
+        once every generation has ended."""
+        if isinstance(prompts, str):
+            raise LocalspecError(
+                "generate_many takes a list of prompts (got one string)",
+                "wrap it in a list, or call generate",
+            )
+        results: list[GenerationResult | BaseException | None] = [None] * len(prompts)
+
+        def one(i: int) -> None:
+            try:
+                results[i] = self.generate(prompts[i], settings, **kwargs)
+            except BaseException as exc:  # raised below, in the caller's thread
+                results[i] = exc
+
+        with ThreadPoolExecutor(max(1, self.parallel), "localspec-client") as pool:
+            list(pool.map(one, range(len(prompts))))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [r for r in results if isinstance(r, GenerationResult)]
 
     def _cancellable(
         self, generation: Iterator[RoundEvent], cancelled: Callable[[], bool] | None
@@ -393,6 +501,22 @@ class Engine:
         system: str | None,
         record_margins: bool,
     ) -> Iterator[RoundEvent]:
+        job = self._prepare(prompt, s, chat, system, record_margins)
+        work = self._open(job, self.target, self.draft)
+        try:
+            yield from work.loop.rounds()
+        finally:
+            work.close()
+
+    def _prepare(
+        self,
+        prompt: str | Sequence[Message],
+        s: GenerationSettings,
+        chat: bool,
+        system: str | None,
+        record_margins: bool,
+    ) -> _Job:
+        """Check a request's settings and read its prompt (before it takes any turn)."""
         sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
         if s.seeded:
             s = s.but(reproducible=True)  # what an earlier request left cached must not tip a draw
@@ -412,43 +536,57 @@ class Engine:
         spec = s.spec or self.spec
         spec.validate()
         tokens = self.tokenize_prompt(prompt, chat, system, s.tools)
-        compiled = Grammar(self.target, s.grammar) if s.grammar is not None else None
-        state = compiled.start() if compiled is not None else None
-        drafter = self._drafter(mode, sampling, spec, state, s.memory_partition)
+        grammar = Grammar(self.target, s.grammar) if s.grammar is not None else None
+        return _Job(s, sampling, mode, spec, tokens, grammar, record_margins)
+
+    def _open(self, job: _Job, target: ModelContext, draft: ModelContext | None) -> SlotWork:
+        """The generation's loop on ``target`` (a sequence of the target's context) with its
+        drafter (on ``draft``, that sequence of the draft's context), and its clean-up."""
+        s, spec = job.settings, job.spec
+        state = job.grammar.start() if job.grammar is not None else None
+        drafter = None
         loop: SpeculativeLoop | None = None
+
+        def close() -> None:
+            # everything written, whatever the mode (the prompt alone if the caller left
+            # before the first token): the suffix drafter's evidence
+            if s.remember:
+                written = loop.output.tokens if loop is not None else []
+                self.memories.remember([*job.tokens, *written], s.memory_partition)
+            if drafter is not None:
+                drafter.close()
+            if state is not None:
+                state.close()
+
         try:
+            drafter = self._drafter(
+                job.mode, job.sampling, spec, state, s.memory_partition, target, draft
+            )
             # identical greedy or seeded requests: a schedule that depends on the tokens only
             reproducible = s.reproducible and drafter is not None and spec.adaptive
             times = self.modelled_times(spec) if reproducible else None
-            control = self._control(mode, spec, state, drafter, times)
+            control = self._control(job.mode, spec, state, drafter, times, target.seq_id)
             if self.mtp is not None:
-                self._follow_with_mtp("draft-mtp" in parse_mode(mode))
+                self._follow_with_mtp("draft-mtp" in parse_mode(job.mode))
             loop = SpeculativeLoop(
-                self.target,
-                tokens,
+                target,
+                job.tokens,
                 drafter,
-                sampling,
+                job.sampling,
                 spec,
                 s.max_tokens,
                 s.stop,
-                record_margins,
+                job.record_margins,
                 control,
                 s.logprobs,
                 s.reproducible,
                 state,
                 times,
             )
-            yield from loop.rounds()
-        finally:
-            # everything written, whatever the mode (the prompt alone if the caller left
-            # before the first token): the suffix drafter's evidence
-            if s.remember:
-                written = loop.output.tokens if loop is not None else []
-                self.memories.remember([*tokens, *written], s.memory_partition)
-            if drafter is not None:
-                drafter.close()
-            if state is not None:
-                state.close()
+        except BaseException:
+            close()
+            raise
+        return SlotWork(loop, close)
 
     def _control(
         self,
@@ -457,15 +595,17 @@ class Engine:
         state: GrammarState | None,
         drafter: Drafter | None,
         times: ModelledTimes | None,
+        slot: int = 0,
     ) -> DraftControl | None:
-        """The draft-length control of a generation: one controller per drafter of a chain."""
+        """The draft-length control of a generation: one controller per drafter of a chain
+        (kept per slot: each slot's generations run one after another)."""
         if isinstance(drafter, ChainedDrafter) and spec.adaptive:
             parts = [
-                self._controller(p, self._part_spec(p, spec), times)
+                self._controller(p, self._part_spec(p, spec), times, slot)
                 for p in self._parts(mode, state)
             ]
             return ChainController(drafter, [c for c in parts if c is not None])
-        return self._controller(mode, spec, times)
+        return self._controller(mode, spec, times, slot)
 
     def _follow_with_mtp(self, on: bool) -> None:
         """The MTP context mirrors the target only in draft-mtp generations (a plain one pays

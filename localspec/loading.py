@@ -52,6 +52,7 @@ class LoadedModels:
     draft_kind: str | None
     mtp: MtpContext | None
     memories: MemoryBank
+    parallel: int = 1
 
 
 def load_models(
@@ -71,8 +72,15 @@ def load_models(
     self_quant: str = "auto",
     spec_memory_mb: float = DEFAULT_MEMORY_MB,
     spec_memory_path: str | os.PathLike[str] | bool | None = None,
+    parallel: int = 1,
 ) -> LoadedModels:
     """``Engine.load``'s work (its docstring says what each argument means)."""
+    checks.integer("parallel", parallel, low=1)
+    if parallel > MAX_PARALLEL:
+        raise LocalspecError(
+            f"parallel={parallel}: at most {MAX_PARALLEL} generations share a batch",
+            "use fewer slots (-np / --parallel)",
+        )
     checks.load_arguments(
         target, draft, n_ctx, n_threads, n_gpu_layers, n_gpu_layers_draft, progress
     )
@@ -89,7 +97,7 @@ def load_models(
             f"use one of {', '.join(FLASH_ATTN_CHOICES)}",
         )
     target_path = resolve_model(target)
-    check_context_fits(target_path, n_ctx)
+    check_context_fits(target_path, n_ctx, parallel)
     if n_threads is None:
         n_threads = threads_now()
     elif n_threads > (os.cpu_count() or 1):
@@ -124,6 +132,11 @@ def load_models(
     draft_path = resolve_model(draft) if draft is not None else None
     if draft_kind == "draft-mtp":
         check_nextn(target_path)
+        if parallel > 1:
+            raise LocalspecError(
+                "draft-mtp runs one generation at a time (its head follows one sequence)",
+                "use --parallel 1 with draft-mtp, or another mode for parallel slots",
+            )
     options = ContextOptions(
         n_ctx,
         n_threads,
@@ -131,6 +144,7 @@ def load_models(
         n_rs_seq=min(spec.n_max, MAX_RECURRENT_ROLLBACK),
         load_mtp=draft_kind == "draft-mtp",
         flash_attn=flash_attn,
+        n_seq=parallel,
     )
     target_backend, draft_backend, mtp = open_models(
         target_path, draft_path, draft_kind, options, n_gpu_layers_draft, spec, progress
@@ -140,7 +154,9 @@ def load_models(
     except BaseException:
         close_models(target_backend, draft_backend, mtp)
         raise
-    return LoadedModels(target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp, memories)
+    return LoadedModels(
+        target_backend, draft_backend, mode, spec, ngram, draft_kind, mtp, memories, parallel
+    )
 
 
 def open_models(
@@ -170,6 +186,7 @@ def open_models(
                     options.n_threads,
                     n_gpu_layers_draft,
                     flash_attn=options.flash_attn,
+                    n_seq=options.n_seq,  # one draft sequence per slot
                 ),
                 partial(progress, "draft") if progress else None,
             )
@@ -238,24 +255,27 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
 LARGE_CONTEXT = 131_072  # above this, the cache's size is checked against the machine first
 # the estimate counts every layer as attention: a hybrid model's cache is up to ~4x smaller
 CACHE_ESTIMATE_SLACK = 4.0
+MAX_PARALLEL = 64
 
 
-def check_context_fits(target: Path, n_ctx: int) -> None:
+def check_context_fits(target: Path, n_ctx: int, parallel: int = 1) -> None:
     """A context whose cache cannot fit in this machine's memory is refused at once (llama.cpp
-    would spend a minute trying to allocate it)."""
-    if n_ctx <= LARGE_CONTEXT:
+    would spend a minute trying to allocate it); ``parallel`` slots have a context each."""
+    if n_ctx * parallel <= LARGE_CONTEXT:
         return
     import psutil
 
     from localspec.derivation.gguf_info import gguf_info
 
-    need = gguf_info(target).kv_cache_bytes(n_ctx)
+    need = gguf_info(target).kv_cache_bytes(n_ctx * parallel)
     have = psutil.virtual_memory().total + psutil.swap_memory().total
     if need > CACHE_ESTIMATE_SLACK * have:
+        what = f"{parallel} slots of {n_ctx} tokens" if parallel > 1 else f"{n_ctx} tokens"
         raise LocalspecError(
-            f"a context of {n_ctx} tokens needs about {need / 2**30:.0f} GiB for its cache; "
+            f"a context of {what} needs about {need / 2**30:.0f} GiB for its cache; "
             f"this machine has {have / 2**30:.0f} GiB",
-            "lower the context size (-c / n_ctx; 0: the model's trained length)",
+            "lower the context size (-c / n_ctx; 0: the model's trained length)"
+            + (" or the number of slots (--parallel)" if parallel > 1 else ""),
         )
 
 

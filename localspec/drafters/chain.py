@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController, ShadowCheck
 from localspec.engine.drafting import Draft, Drafter
 from localspec.modes import LOOKUP_MODES
@@ -142,6 +144,11 @@ class ChainController:
         if source in self._fitted:
             return self._fitted[source]
         return self.parts[source].fit(draft)
+
+    def verification_odds(self, draft: Draft) -> np.ndarray | None:
+        """The estimates of the controller of the drafter that made ``draft``."""
+        source = self.chain.last_source
+        return None if source is None else self.parts[source].verification_odds(draft)
 
     def shadow_length(self) -> int:
         """Shadow checks go to the drafters whose controllers want one (each with its own

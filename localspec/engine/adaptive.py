@@ -210,6 +210,10 @@ class FixedLengthController:
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         """A fixed length decides nothing from what it sees."""
 
+    def verification_odds(self, draft: Draft) -> np.ndarray | None:
+        """None: a fixed length is not cut by a shared step's budget (it was asked for)."""
+        return None
+
 
 class AdaptiveController:
     def __init__(self, n_max: int, cost: VerifyCost, n_min: int = 0) -> None:
@@ -446,6 +450,13 @@ class AdaptiveController:
         if not self._draft_seen:
             self._draft_per_token, self._draft_seen = per_token, True
         self._draft_per_token = DECAY * self._draft_per_token + (1 - DECAY) * per_token
+
+    def verification_odds(self, draft: Draft) -> np.ndarray | None:
+        """The acceptance estimates ``fit`` judged ``draft`` by (a strong match's own), for
+        the draft budget of a step shared with other generations (``engine/budget.py``)."""
+        if draft.match >= STRONG_MATCH:
+            return self._strong.estimates()
+        return self.acceptance()
 
     def acceptance(self) -> np.ndarray:
         """Estimated a_i for positions 1..n_max (see ``AcceptanceEstimate``)."""

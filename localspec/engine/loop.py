@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -91,6 +91,23 @@ class DraftControl(Protocol):
     def shadow_length(self) -> int: ...
     def observe_shadow(self, check: ShadowCheck) -> None: ...
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
+    def verification_odds(self, draft: Draft) -> np.ndarray | None: ...
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A round before verification: the draft (possibly empty), a paused drafter's shadow
+    guess, the cache length before it, and what drafting took."""
+
+    draft: Draft
+    shadow: tuple[Draft, int] | None
+    n_past: int
+    draft_s: float
+    last: int  # the token chosen last round, evaluated first in this one
+
+    @property
+    def batch(self) -> list[int]:
+        return [self.last, *self.draft.tokens]
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,8 @@ class SpeculativeLoop:
         self.control.start()
         self.shadows = ShadowRounds(drafter, self.control) if drafter is not None else None
         self.recorder = StatsRecorder(n_prompt=len(prompt))
+        self.last = -1  # the token chosen but not yet evaluated (set by ``first``)
+        self.context: list[int] = []  # prompt and output so far (set by ``first``)
 
     def _snapshot(self) -> Stats:
         c = self.control
@@ -241,7 +260,18 @@ class SpeculativeLoop:
             self.grammar.accept(token)
 
     def rounds(self) -> Iterator[RoundEvent]:
-        raw = self.target.evaluate(self.prompt, self.reproducible)
+        yield self.first(self.target.evaluate(self.prompt, self.reproducible))
+        while not self.output.done:
+            if self.context_full():
+                yield self.end_at_length()
+                return
+            plan = self.plan()
+            t_verify = time.perf_counter()
+            yield self.finish(plan, self.target.decode(plan.batch, all_logits=True), t_verify)
+
+    def first(self, raw: np.ndarray) -> RoundEvent:
+        """The first token, from the logits row after the prompt (which the target's cache
+        now holds): the drafter starts from the prompt."""
         if self.drafter is not None:
             self.drafter.begin(self.prompt)
             if self.times is None:  # a measured rate: modelled schedules go without
@@ -254,14 +284,28 @@ class SpeculativeLoop:
         logprobs = self._logprobs(raw[None, :], [last])
         emitted = self.output.push(last)
         self.recorder.t_first = time.perf_counter()
-        yield self._event([last] if emitted else [], [False] if emitted else [], margins, logprobs)
-        context = [*self.prompt, last]
-        while not self.output.done:
-            if self.target.n_past + 1 > self.target.n_ctx:
-                self.output.finish("length")
-                yield self._event([], [], [])
-                return
-            last = yield from self._round(context, last)
+        self.last, self.context = last, [*self.prompt, last]
+        return self._event([last] if emitted else [], [False] if emitted else [], margins, logprobs)
+
+    def context_full(self) -> bool:
+        return self.target.n_past + 1 > self.target.n_ctx
+
+    def end_at_length(self) -> RoundEvent:
+        self.output.finish("length")
+        return self._event([], [], [])
+
+    def plan(self) -> RoundPlan:
+        """This round's draft (or a shadow check's guess): what the target verifies next,
+        ``[last] + draft``, in one batch (``finish`` then accepts from its logits)."""
+        t0 = time.perf_counter()
+        draft, shadow = self._draft(self.context)
+        return RoundPlan(draft, shadow, self.target.n_past, time.perf_counter() - t0, self.last)
+
+    def cut(self, plan: RoundPlan, length: int) -> RoundPlan:
+        """The plan with its draft cut to ``length`` tokens (a shared step's draft budget)."""
+        if length >= len(plan.draft):
+            return plan
+        return replace(plan, draft=plan.draft.truncated(length) if length else Draft())
 
     def _draft_length(self) -> int:
         """How many tokens the drafter is asked for (the controller's ``fit`` then says how
@@ -327,12 +371,18 @@ class SpeculativeLoop:
         )
         return n_acc, chosen, None
 
-    def _round(self, context: list[int], last: int) -> Iterator[RoundEvent]:
-        t0 = time.perf_counter()
-        draft, shadow = self._draft(context)
-        t1 = time.perf_counter()
-        n_past = self.target.n_past
-        raw = self.target.decode([last, *draft.tokens], all_logits=True)
+    def finish(
+        self,
+        plan: RoundPlan,
+        raw: np.ndarray,
+        t_verify: float,
+        told_verify_s: float | None = None,
+    ) -> RoundEvent:
+        """Accept from the verified rows ``raw`` (one per token of ``plan.batch``), roll the
+        cache back past a rejection, and tell the controller. ``t_verify``: when the
+        verification began; ``told_verify_s``: what the controller is told it cost instead
+        of the time measured (a pass shared with other generations costs more than theirs)."""
+        draft, shadow, n_past = plan.draft, plan.shadow, plan.n_past
         rows = self._constrained(raw, draft.tokens)
         n_acc, chosen, p_plain = self._accept(draft, rows)
         at = len(self.output.tokens)  # the output position of the round's first token
@@ -346,12 +396,13 @@ class SpeculativeLoop:
         t2 = time.perf_counter()
         if self.drafter is not None:
             self.drafter.accepted(n_acc)
-        draft_s, verify_s = self._told_times(draft, shadow, t1 - t0, t2 - t1)
+        verify_s = t2 - t_verify if told_verify_s is None else told_verify_s
+        draft_s, verify_s = self._told_times(draft, shadow, plan.draft_s, verify_s)
         self.control.observe(len(draft), n_acc, draft_s, verify_s)
         if shadow is not None and self.shadows is not None:
             self.shadows.score(shadow, p_plain, chosen, draft_s)
-        self.recorder.draft_s += t1 - t0
-        self.recorder.verify_s += t2 - t1
+        self.recorder.draft_s += plan.draft_s
+        self.recorder.verify_s += t2 - t_verify
 
         new = [*draft.tokens[:n_acc], chosen]
         tokens: list[int] = []
@@ -362,6 +413,6 @@ class SpeculativeLoop:
         from_draft = [i < n_acc for i in range(len(tokens))]
         source = draft.source or (self.drafter.name if self.drafter else "")
         self.recorder.record_round(len(draft), sum(from_draft), source)
-        context.extend(new)
-        yield self._event(tokens, from_draft, margins[: len(tokens)], logprobs, source)
-        return chosen
+        self.context.extend(new)
+        self.last = chosen
+        return self._event(tokens, from_draft, margins[: len(tokens)], logprobs, source)

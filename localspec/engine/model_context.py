@@ -15,6 +15,7 @@ drafts that short). A deeper cut clears the sequence and decodes the kept tokens
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ class ContextOptions:
     n_rs_seq: int = 0
     load_mtp: bool = False  # load the NextN/MTP layers too (``draft-mtp``)
     flash_attn: FlashAttn = "auto"  # see ``flash_attn_setting``
+    # sequences the context holds (parallel generations); ``n_ctx`` is each one's size
+    n_seq: int = 1
 
 
 def runs_on_cpu(options: ContextOptions) -> bool:
@@ -82,7 +85,9 @@ def flash_attn_type(options: ContextOptions) -> int:
 
 
 class ModelContext:
-    """A loaded model with one context and one sequence (seq id 0)."""
+    """A loaded model with one context, seen as its sequence 0. A context made for several
+    sequences (``ContextOptions.n_seq``) hands out the others with ``sequence(i)``: views
+    that share the model and the context, each with its own tokens and KV cells."""
 
     def __init__(
         self,
@@ -99,7 +104,9 @@ class ModelContext:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.ctx = self._new_context(options)
         self.memory = llama_cpp.llama_get_memory(self.ctx)
-        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.seq_id = 0
+        self.owner = True  # frees the model and the context (a sequence view does not)
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // max(1, options.n_seq)
         if options.n_ctx == 0:
             status(f"context: {self.n_ctx} tokens (-c 0: the model's trained length)")
         # llama.cpp caps the batch at the context size: ask it rather than trust the request.
@@ -122,6 +129,7 @@ class ModelContext:
         )
         self.max_rollback: int | None = llama_cpp.llama_n_rs_seq(self.ctx) if recurrent else None
         self._batch = _Batch(self.n_batch)
+        self._views: dict[int, ModelContext] = {0: self}
         self._pieces: dict[int, bytes] = {}
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for token in range(self.n_vocab):
@@ -158,9 +166,13 @@ class ModelContext:
 
     def _new_context(self, options: ContextOptions) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = options.n_ctx
+        params.n_ctx = options.n_ctx * options.n_seq
         params.n_batch = params.n_ubatch = options.n_batch
-        params.n_seq_max = 1
+        params.n_seq_max = options.n_seq
+        # one cache for every sequence: a batch mixing sequences is then one ubatch (with a
+        # cache per sequence llama.cpp splits it into equal runs per sequence, so drafts of
+        # different lengths would cost several passes)
+        params.kv_unified = options.n_seq > 1
         params.n_rs_seq = options.n_rs_seq
         threads = options.n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
@@ -183,7 +195,28 @@ class ModelContext:
             )
         return ctx
 
+    def sequence(self, seq_id: int) -> ModelContext:
+        """The view of sequence ``seq_id`` (0: this object): same model and context, its own
+        tokens and cache cells, rolled back by its own ``trim``."""
+        if not 0 <= seq_id < max(1, self.options.n_seq):
+            raise ValueError(f"sequence {seq_id} of a context with {self.options.n_seq}")
+        view = self._views.get(seq_id)
+        if view is None:
+            view = copy.copy(self)
+            view.seq_id, view.owner = seq_id, False
+            view.tokens, view.n_decoded, view.prefilled = [], 0, 0
+            view._last_prefill, view.listeners, view.cancelled = None, [], None
+            view._batch = _Batch(self.n_batch, seq_id)
+            self._views[seq_id] = view
+        return view
+
     def close(self) -> None:
+        if not self.owner:
+            self._batch.free()
+            return
+        for view in self._views.values():
+            if view is not self:
+                view._batch.free()
         if self.ctx:
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
@@ -209,22 +242,40 @@ class ModelContext:
         reuses only whole chunks that were prefilled that way: the result is then what a
         fresh evaluation gives, whatever the cache held. (Prefill runs as fast in chunks of
         64 as of 512 on a CPU; a repeated prompt re-decodes at most 63 tokens.)"""
+        keep, kept_row = self.reuse_prefix(sequence, reproducible)
+        if kept_row is not None:
+            return kept_row
+        row = self.decode(sequence[keep:], chunk=PREFILL_CHUNK if reproducible else None)[0]
+        self.note_prefilled(sequence, keep, row, reproducible)
+        return row
+
+    def reuse_prefix(
+        self, sequence: Sequence[int], reproducible: bool
+    ) -> tuple[int, np.ndarray | None]:
+        """What ``evaluate`` keeps of the cache for ``sequence`` (the rest is cut): the number
+        of leading tokens kept, and the kept logits row when nothing is left to decode (the
+        same prompt, prefilled reproducibly just before)."""
         keep = common_prefix_length(self.tokens, sequence)
         if reproducible and self._same_prefill(sequence, keep):
             self.trim(len(sequence))
             assert self._last_prefill is not None
-            return self._last_prefill[1]
+            return len(sequence), self._last_prefill[1]
         keep = min(keep, len(sequence) - 1)  # the last token must be decoded for its logits
         if reproducible:
             keep = min(keep, self.prefilled)
             keep -= keep % PREFILL_CHUNK
         if keep < self.n_past:
             self.trim(keep)
-        row = self.decode(sequence[keep:], chunk=PREFILL_CHUNK if reproducible else None)[0]
+        return keep, None
+
+    def note_prefilled(
+        self, sequence: Sequence[int], keep: int, row: np.ndarray, reproducible: bool
+    ) -> None:
+        """After ``sequence[keep:]`` was decoded (in PREFILL_CHUNK-aligned chunks when
+        ``reproducible``), with ``row`` the logits after its last token."""
         self.prefilled = len(sequence) if reproducible else min(self.prefilled, keep)
         if reproducible and not self.listeners:
             self._last_prefill = (tuple(sequence), row.copy())
-        return row
 
     def _same_prefill(self, sequence: Sequence[int], cached: int) -> bool:
         """Whether ``sequence`` is the prompt last evaluated reproducibly and the cache still
@@ -266,7 +317,7 @@ class ModelContext:
             raise GenerationCancelled(during)
 
     def _decode_chunk(self, tokens: Sequence[int], want: int) -> None:
-        if llama_cpp.llama_memory_seq_pos_max(self.memory, 0) >= self.n_past:
+        if llama_cpp.llama_memory_seq_pos_max(self.memory, self.seq_id) >= self.n_past:
             # a KeyboardInterrupt landed between an earlier decode and its bookkeeping: the
             # cache holds tokens the list does not, and llama.cpp would refuse this batch
             self.trim(self.n_past)
@@ -277,19 +328,24 @@ class ModelContext:
             # llama_decode restores the memory on rc 1/-1; on other codes we re-sync by trimming.
             self.trim(self.n_past)
             raise EngineFailure(f"llama_decode failed with code {rc}: {recent_log(since=mark)}")
+        self.record_decoded(tokens)
+        raise_deferred_interrupt()  # after the bookkeeping: the cache and tokens agree
+
+    def record_decoded(self, tokens: Sequence[int]) -> None:
+        """Bookkeeping after ``tokens`` were decoded at the end of this sequence (here, or
+        in a batch shared with other sequences: ``engine/step_batch.py``)."""
         start = self.n_past
         self.tokens.extend(tokens)
         self.n_decoded += len(tokens)
         for listener in self.listeners:
             listener(start, tokens)
-        raise_deferred_interrupt()  # after the bookkeeping: the cache and tokens agree
 
     def trim(self, n_keep: int) -> None:
         """Forget every token at position >= n_keep. The only KV-cache rollback in localspec."""
         if n_keep > self.n_past:
             return
         self.prefilled = min(self.prefilled, n_keep)
-        if llama_cpp.llama_memory_seq_rm(self.memory, 0, n_keep, -1):
+        if llama_cpp.llama_memory_seq_rm(self.memory, self.seq_id, n_keep, -1):
             del self.tokens[n_keep:]
             return
         if self.max_rollback is None:
@@ -299,7 +355,7 @@ class ModelContext:
             )
         # a recurrent state cannot go back that far: start over and decode the kept part
         kept = self.tokens[:n_keep]
-        llama_cpp.llama_memory_seq_rm(self.memory, 0, 0, -1)
+        llama_cpp.llama_memory_seq_rm(self.memory, self.seq_id, 0, -1)
         self.tokens = []
         if kept:
             self.decode(kept)
@@ -368,9 +424,10 @@ class ModelContext:
 
 class _Batch:
     """A reusable ``llama_batch`` whose arrays are filled through numpy views (no per-token
-    ctypes calls on the hot path). Sequence ids are all 0 and are written once."""
+    ctypes calls on the hot path). Every row holds one sequence id, ``seq_id`` unless the
+    caller writes others (``set_sequences``)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, seq_id: int = 0) -> None:
         self.capacity = capacity
         self.batch = llama_cpp.llama_batch_init(capacity, 0, 1)
         b = self.batch
@@ -378,8 +435,16 @@ class _Batch:
         self.pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
         self.logits = np.ctypeslib.as_array(b.logits, shape=(capacity,))
         np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))[:] = 1
+        self._seq = [seq_id] * capacity
         for i in range(capacity):
-            b.seq_id[i][0] = 0
+            b.seq_id[i][0] = seq_id
+
+    def set_sequences(self, start: int, count: int, seq_id: int) -> None:
+        """Rows ``start .. start+count-1`` belong to sequence ``seq_id`` (written only where
+        they change: each write is a ctypes call)."""
+        for i in range(start, start + count):
+            if self._seq[i] != seq_id:
+                self.batch.seq_id[i][0] = self._seq[i] = seq_id
 
     def fill(self, tokens: Sequence[int], start_pos: int, want_rows: int) -> None:
         n = len(tokens)

@@ -1,0 +1,345 @@
+"""Parallel slots: several generations verified in one batch per step.
+
+One thread owns llama.cpp. Each step it asks every decoding slot's loop for its round
+(``SpeculativeLoop.plan``: the draft its own controller wants), cuts the drafts to what pays
+for the whole batch (``budget.allocate``: at one generation nothing is cut; on a
+compute-bound batch drafts go first), adds a chunk of any prompt still being read, decodes
+everything in one ``llama_decode`` (``StepBatch``), and hands each slot its rows
+(``SpeculativeLoop.finish``). Callers submit requests from any thread and read their events
+from a queue; a request whose caller left is dropped at the next step, its slot freed.
+
+Prompts are read in PREFILL_CHUNK-aligned chunks, at most ``PREFILL_TOKENS_BUSY`` tokens a
+step while other slots are answering (a long prompt delays a streaming answer by one chunk
+per step, never by its whole length), as much as a batch holds when no slot is answering. A
+request goes to the free slot whose cache holds the longest prefix of its prompt (a
+conversation's next turn lands where its history is cached), else the least recently used.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.engine.budget import DraftDemand, allocate
+from localspec.engine.costs import VerifyCost
+from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
+from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
+from localspec.engine.step_batch import BatchPart, StepBatch
+from localspec.errors import LocalspecError
+
+PREFILL_TOKENS_BUSY = 2 * PREFILL_CHUNK
+DONE = object()  # the last item of a request's event queue
+
+
+@dataclass
+class SlotWork:
+    """A started generation: its loop, and what to do once it ends (its drafter, grammar
+    and memory)."""
+
+    loop: SpeculativeLoop
+    close: Callable[[], None]
+
+
+@dataclass
+class SlotRequest:
+    """A generation waiting for (or holding) a slot. ``start(target, draft)`` runs on the
+    scheduler's thread with the slot's sequences and returns the generation; its events,
+    an exception, then ``DONE`` arrive in ``events``."""
+
+    tokens: list[int]
+    start: Callable[[ModelContext, ModelContext | None], SlotWork]
+    cancelled: Callable[[], bool] | None = None
+    events: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
+    _left: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """The caller has gone: the slot is freed at the next step."""
+        self._left.set()
+
+    def gone(self) -> bool:
+        return self._left.is_set() or (self.cancelled is not None and self.cancelled())
+
+
+@dataclass
+class Slot:
+    index: int
+    target: ModelContext
+    draft: ModelContext | None
+    request: SlotRequest | None = None
+    work: SlotWork | None = None
+    pending: list[int] = field(default_factory=list)  # prompt tokens still to read
+    kept: int = 0  # prompt tokens the cache already held
+    drafting: bool = False  # its last round verified a draft (the budget's hysteresis)
+    used_at: float = 0.0
+
+    @property
+    def answering(self) -> bool:
+        return self.work is not None and not self.pending
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """The last step, for /metrics and the server's log."""
+
+    slots_busy: int = 0
+    rows: int = 0
+    drafted: int = 0  # draft tokens verified
+    wanted: int = 0  # draft tokens the slots' controllers asked for
+    prefill: int = 0
+
+
+class BatchScheduler:
+    def __init__(
+        self,
+        target: ModelContext,
+        draft: ModelContext | None,
+        n_slots: int,
+        cost: Callable[[], VerifyCost | None],
+    ) -> None:
+        """``cost``: the target's calibrated cost curve once measured (None before)."""
+        self.slots = [
+            Slot(i, target.sequence(i), draft.sequence(i) if draft is not None else None)
+            for i in range(n_slots)
+        ]
+        self.cost = cost
+        self.figures = StepFigures()
+        self._batch = StepBatch(target)
+        self._waiting: deque[SlotRequest] = deque()
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # ----- callers' side -------------------------------------------------------------------
+
+    def submit(self, request: SlotRequest) -> None:
+        with self._changed:
+            if self._closed:
+                raise LocalspecError("this Engine is closed", "load the model again")
+            self._waiting.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="localspec-slots", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify_all()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> int:
+        return sum(s.work is not None for s in self.slots)
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop: every request ends (its caller gets ``GenerationCancelled``-free ``DONE``
+        after an error saying why); False if the thread is still in a step after
+        ``timeout`` seconds."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        self._batch.free()
+        return True
+
+    # ----- the scheduler's thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._closed and not self._waiting and not self.busy:
+                    self._changed.wait()
+                if self._closed:
+                    break
+            self._admit()
+            if self.busy:
+                self._step()
+        closing = LocalspecError("the engine was closed while this request ran")
+        for slot in self.slots:
+            if slot.work is not None:
+                self._end(slot, closing)
+        with self._changed:
+            waiting, self._waiting = list(self._waiting), deque()
+        for request in waiting:
+            request.events.put(closing)
+            request.events.put(DONE)
+
+    def _admit(self) -> None:
+        """Waiting requests into free slots, each where its prompt's prefix is cached."""
+        while True:
+            with self._changed:
+                free = [s for s in self.slots if s.work is None]
+                if not free or not self._waiting:
+                    return
+                request = self._waiting.popleft()
+            if request.gone():
+                request.events.put(DONE)
+                continue
+            slot = max(
+                free,
+                key=lambda s: (common_prefix_length(s.target.tokens, request.tokens), -s.used_at),
+            )
+            self._start(slot, request)
+
+    def _start(self, slot: Slot, request: SlotRequest) -> None:
+        slot.request, slot.used_at, slot.drafting = request, time.monotonic(), False
+        try:
+            slot.work = request.start(slot.target, slot.draft)
+            loop = slot.work.loop
+            slot.kept, row = slot.target.reuse_prefix(loop.prompt, loop.reproducible)
+            slot.pending = list(loop.prompt[slot.kept :]) if row is None else []
+            if row is not None:  # the same prompt, read just before: its row was kept
+                self._emit(slot, loop.first(row))
+        except BaseException as exc:  # the request's own error (a bad grammar, a full cache)
+            self._end(slot, exc)
+
+    def _step(self) -> None:
+        for slot in self.slots:
+            if slot.work is not None and slot.request is not None and slot.request.gone():
+                self._end(slot)
+        plans = self._plans()
+        room = self._batch.capacity - sum(len(p.batch) for _, p in plans)
+        chunks = self._chunks(room, busy=bool(plans))
+        wanted = sum(len(p.draft) for _, p in plans)
+        plans = self._budget(plans, sum(len(c) for _, c in chunks))
+        parts = [BatchPart(s.target, p.batch, len(p.batch)) for s, p in plans]
+        parts += [BatchPart(s.target, c, 1 if len(c) == len(s.pending) else 0) for s, c in chunks]
+        if not parts:
+            return
+        t0 = time.perf_counter()
+        try:
+            rows = self._batch.decode(parts)
+        except BaseException as exc:
+            for slot, _ in [*plans, *chunks]:
+                self._end(slot, exc)
+            return
+        step_s = time.perf_counter() - t0
+        alone = len(parts) == 1
+        cost = self.cost()
+        if cost is not None and not alone:  # alone, its controller observes it as ever
+            cost.observe(sum(len(p.tokens) for p in parts), step_s)
+        for (slot, plan), part_rows in zip(plans, rows, strict=False):
+            told = None if alone or cost is None else float(cost(np.array([len(plan.batch)]))[0])
+            self._finish(slot, plan, part_rows, t0, told)
+        for (slot, chunk), part_rows in zip(chunks, rows[len(plans) :], strict=True):
+            self._prefilled(slot, chunk, part_rows)
+        self.figures = StepFigures(
+            self.busy,
+            sum(len(p.tokens) for p in parts),
+            sum(len(p.draft) for _, p in plans),
+            wanted,
+            sum(len(c) for _, c in chunks),
+        )
+
+    def _plans(self) -> list[tuple[Slot, RoundPlan]]:
+        """Each answering slot's round (or its end, when its context is full)."""
+        plans = []
+        for slot in self.slots:
+            if not slot.answering:
+                continue
+            assert slot.work is not None
+            loop = slot.work.loop
+            try:
+                if loop.context_full():
+                    self._emit(slot, loop.end_at_length())
+                    continue
+                plans.append((slot, loop.plan()))
+            except BaseException as exc:
+                self._end(slot, exc)
+        return plans
+
+    def _chunks(self, room: int, busy: bool) -> list[tuple[Slot, list[int]]]:
+        """Prompt chunks for this step: aligned on PREFILL_CHUNK positions (as a reproducible
+        evaluation reads them), oldest request first."""
+        budget = min(room, PREFILL_TOKENS_BUSY) if busy else room
+        chunks = []
+        for slot in sorted((s for s in self.slots if s.pending), key=lambda s: s.used_at):
+            position = slot.target.n_past
+            size = PREFILL_CHUNK - position % PREFILL_CHUNK
+            while size + PREFILL_CHUNK <= budget and size < len(slot.pending):
+                size += PREFILL_CHUNK
+            size = min(size, len(slot.pending))
+            if size > budget:
+                break
+            chunks.append((slot, slot.pending[:size]))
+            budget -= size
+        return chunks
+
+    def _budget(
+        self, plans: list[tuple[Slot, RoundPlan]], prefill_rows: int
+    ) -> list[tuple[Slot, RoundPlan]]:
+        """Cut the drafts to what pays for the whole step (none cut when one generation is
+        alone: its controller's choice is already the best for it)."""
+        cost = self.cost()
+        if (
+            cost is None
+            or (len(plans) == 1 and not prefill_rows)
+            or not any(p.draft for _, p in plans)
+        ):
+            return plans
+        demands = []
+        for slot, plan in plans:
+            assert slot.work is not None
+            odds = slot.work.loop.control.verification_odds(plan.draft) if plan.draft else None
+            cap = len(plan.draft)
+            if odds is None:
+                demands.append(DraftDemand(np.zeros(0), cap, pinned=cap))
+            else:
+                demands.append(DraftDemand(odds, cap, drafting=slot.drafting, n_min=1))
+        lengths = allocate(demands, len(plans) + prefill_rows, cost, self._batch.capacity)
+        cut = []
+        for (slot, plan), length in zip(plans, lengths, strict=True):
+            assert slot.work is not None
+            cut.append((slot, slot.work.loop.cut(plan, length)))
+        return cut
+
+    def _finish(
+        self, slot: Slot, plan: RoundPlan, rows: np.ndarray, t0: float, told: float | None
+    ) -> None:
+        assert slot.work is not None
+        slot.drafting = bool(plan.draft)
+        try:
+            self._emit(slot, slot.work.loop.finish(plan, rows, t0, told))
+        except BaseException as exc:
+            self._end(slot, exc)
+
+    def _prefilled(self, slot: Slot, chunk: list[int], rows: np.ndarray) -> None:
+        del slot.pending[: len(chunk)]
+        if slot.pending:
+            return
+        assert slot.work is not None
+        loop = slot.work.loop
+        try:
+            slot.target.note_prefilled(loop.prompt, slot.kept, rows[-1], loop.reproducible)
+            self._emit(slot, loop.first(rows[-1]))
+        except BaseException as exc:
+            self._end(slot, exc)
+
+    def _emit(self, slot: Slot, event: RoundEvent) -> None:
+        assert slot.request is not None and slot.work is not None
+        slot.request.events.put(event)
+        if slot.work.loop.output.done:
+            self._end(slot)
+
+    def _end(self, slot: Slot, error: BaseException | None = None) -> None:
+        """The slot's generation is over (finished, failed, or its caller left)."""
+        request, work = slot.request, slot.work
+        slot.request, slot.work, slot.pending, slot.drafting = None, None, [], False
+        try:
+            if work is not None:
+                work.close()
+        except BaseException as exc:
+            error = error or exc
+        if request is not None:
+            if error is not None:
+                request.events.put(error)
+            request.events.put(DONE)
