@@ -627,13 +627,28 @@ class Engine:
             raise LocalspecError("the text to score is empty", "give some text")
         tokens = self.tokenize_prompt(text)
         bare = len(self.target.tokenize(text, add_special=False, parse_special=True))
-        [scored] = self._turns.run(self._score(tokens, top, len(tokens) - bare))
+        if self.parallel > 1:  # in a free slot, on the scheduler's thread
+            return self._slot_score(tokens, top, len(tokens) - bare)
+        [scored] = self._turns.run(self._score(tokens, top, len(tokens) - bare, self.target))
         return scored
 
-    def _score(
+    def _slot_score(
         self, tokens: list[int], top: int, skip: int
+    ) -> list[tuple[int, TokenLogprob | None]]:
+        def start(target: ModelContext, _draft: ModelContext | None) -> None:
+            request.events.put(next(self._score(tokens, top, skip, target)))
+
+        request = SlotRequest(tokens, start)
+        self.scheduler().submit(request)
+        result = request.events.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result  # type: ignore[return-value]
+
+    def _score(
+        self, tokens: list[int], top: int, skip: int, target: ModelContext
     ) -> Iterator[list[tuple[int, TokenLogprob | None]]]:
-        scores = score_tokens(self.target, tokens, top)
+        scores = score_tokens(target, tokens, top)
         yield list(zip(tokens, scores, strict=True))[skip:]
 
     def generate(

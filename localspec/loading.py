@@ -108,6 +108,9 @@ def load_models(
         )
     if mode == "auto":
         mode, draft, spec = auto_choice(target_path, spec)
+        if "draft-mtp" in parse_mode(mode) and parallel > 1:
+            status(f"--mode auto chose {mode}, which answers one request at a time: 1 slot")
+            parallel = 1
     if spec_memory_mb == 0 and SuffixDrafter.name in parse_mode(mode):
         raise LocalspecError(
             f"--mode {mode} drafts from the speculation memory, which is turned off "

@@ -322,7 +322,13 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
     wait_for(lambda: not health(base)["busy"], seconds=5)
     ok = post(base, "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "temperature": 0})
     assert ok.status_code == 200
-    assert health(base) == {"status": "ok", "busy": False, "queue_depth": 0}
+    assert health(base) == {
+        "status": "ok",
+        "busy": False,
+        "slots": 1,
+        "slots_busy": 0,
+        "queue_depth": 0,
+    }
     # each request that its client left is counted once: queued, streamed, awaited whole
     assert requests_counted(base, "/v1/completions", 499) == left_before + 3
 

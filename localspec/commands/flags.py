@@ -253,7 +253,19 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         self_quant=args.spec_self_quant,
         spec_memory_mb=0.0 if forget else (memory_mb or DEFAULT_MEMORY_MB),
         spec_memory_path=memory_file,
+        parallel=parallel_for(args, mode),
     )
+
+
+def parallel_for(args: argparse.Namespace, mode: str) -> int:
+    """``--parallel`` where the command has it (serve), else one generation at a time; by
+    default the command's own, and 1 with draft-mtp (its head follows one sequence)."""
+    parallel = getattr(args, "parallel", None)
+    if parallel is not None:
+        return int(parallel)
+    if "draft-mtp" in mode.split("+"):
+        return 1
+    return int(getattr(args, "default_parallel", 1))
 
 
 def check_memory_path(

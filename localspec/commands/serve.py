@@ -22,6 +22,10 @@ from localspec.server.guard import is_loopback_host
 # How long a stopping server waits for its generation thread to leave the engine (it stops
 # after its current round; a long prompt's evaluation is the longest step there is).
 STOP_WAIT_S = 60.0
+# parallel slots by default: chat UIs and agents send several requests at once, and on this
+# project's reference 2-core machine four in one batch more than double a lone request's
+# throughput (docs/benchmarks.md); each slot costs a context of -c tokens
+DEFAULT_PARALLEL = 4
 # How long a stopping server waits for open connections (an answer's last round, a reply a
 # slow client is still reading; one still sending its body is answered 503 at once) before
 # closing them: a supervisor (docker stop, systemd) kills a process that takes longer than
@@ -110,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(engine, settings)
         runner = app.state.server.runner
         print(
-            f"localspec: serving {engine.target_path.name} ({engine.mode}) on "
+            f"localspec: serving {engine.target_path.name} ({engine.mode}, "
+            f"{engine.parallel} slot{'s' if engine.parallel > 1 else ''}) on "
             f"http://{args.host}:{listening.getsockname()[1]}/v1",
             file=sys.stderr,
             flush=True,
@@ -158,9 +163,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "(e.g. https://app.example.com; *: any)",
     )
     p.add_argument(
+        "-np",
+        "--parallel",
+        type=at.count,
+        default=None,
+        help="generations answered at once, verified in one batch per step; each has a "
+        f"context of -c tokens (default {DEFAULT_PARALLEL}; 1 with draft-mtp)",
+    )
+    p.add_argument(
         "--max-queue",
         type=at.non_negative,
         default=8,
         help="requests that may wait for the engine before 429 (default 8)",
     )
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, default_parallel=DEFAULT_PARALLEL)

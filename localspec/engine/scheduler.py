@@ -50,10 +50,11 @@ class SlotWork:
 class SlotRequest:
     """A generation waiting for (or holding) a slot. ``start(target, draft)`` runs on the
     scheduler's thread with the slot's sequences and returns the generation; its events,
-    an exception, then ``DONE`` arrive in ``events``."""
+    an exception, then ``DONE`` arrive in ``events``. A ``start`` that returns None did its
+    whole work there (scoring a text in a free slot) and put its result in ``events``."""
 
     tokens: list[int]
-    start: Callable[[ModelContext, ModelContext | None], SlotWork]
+    start: Callable[[ModelContext, ModelContext | None], SlotWork | None]
     cancelled: Callable[[], bool] | None = None
     events: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
     _left: threading.Event = field(default_factory=threading.Event)
@@ -94,6 +95,18 @@ class StepFigures:
     prefill: int = 0
 
 
+@dataclass
+class StepTotals:
+    """Counts since the engine loaded: steps, those shared by several generations, and the
+    draft tokens the slots' controllers asked for and those verified in shared steps."""
+
+    steps: int = 0
+    shared_steps: int = 0
+    rows: int = 0
+    wanted_shared: int = 0
+    drafted_shared: int = 0
+
+
 class BatchScheduler:
     def __init__(
         self,
@@ -109,6 +122,7 @@ class BatchScheduler:
         ]
         self.cost = cost
         self.figures = StepFigures()
+        self.totals = StepTotals()
         self._batch = StepBatch(target)
         self._waiting: deque[SlotRequest] = deque()
         self._changed = threading.Condition()
@@ -194,6 +208,9 @@ class BatchScheduler:
         slot.request, slot.used_at, slot.drafting = request, time.monotonic(), False
         try:
             slot.work = request.start(slot.target, slot.draft)
+            if slot.work is None:  # done at once
+                self._end(slot)
+                return
             loop = slot.work.loop
             slot.kept, row = slot.target.reuse_prefix(loop.prompt, loop.reproducible)
             slot.pending = list(loop.prompt[slot.kept :]) if row is None else []
@@ -232,6 +249,13 @@ class BatchScheduler:
             self._finish(slot, plan, part_rows, t0, told)
         for (slot, chunk), part_rows in zip(chunks, rows[len(plans) :], strict=True):
             self._prefilled(slot, chunk, part_rows)
+        t = self.totals
+        t.steps += 1
+        t.rows += sum(len(p.tokens) for p in parts)
+        if len(plans) > 1:
+            t.shared_steps += 1
+            t.wanted_shared += wanted
+            t.drafted_shared += sum(len(p.draft) for _, p in plans)
         self.figures = StepFigures(
             self.busy,
             sum(len(p.tokens) for p in parts),

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from localspec.api import Engine, validate_sampling
 from localspec.engine.grammar import schema_grammar
 from localspec.engine.loop import TokenLogprob
+from localspec.engine.scheduler import StepFigures
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, format_for
@@ -338,8 +339,15 @@ class Server:
     def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None:
         self.metrics.record(stats)
         self.ended(endpoint, 200)
+        figures = self.step_figures()
+        load = ""
+        if figures is not None:  # what the batch looked like as this answer ended
+            load = (
+                f"; slots {figures.slots_busy}/{self.engine.parallel}, step of "
+                f"{figures.rows} rows, drafts {figures.drafted}/{figures.wanted} verified"
+            )
         log.info(
-            "%s %s: %d+%d tokens, %.1f tok/s, accepted %d/%d (L %.2f), %s",
+            "%s %s: %d+%d tokens, %.1f tok/s, accepted %d/%d (L %.2f), %s%s",
             endpoint,
             mode,
             stats.n_prompt,
@@ -349,7 +357,13 @@ class Server:
             stats.drafted,
             stats.mean_acceptance_length,
             reason,
+            load,
         )
+
+    def step_figures(self) -> StepFigures | None:
+        if self.engine.parallel == 1:
+            return None
+        return self.engine.scheduler().figures
 
     # ----- endpoints ----------------------------------------------------------------------
 
@@ -437,7 +451,13 @@ class Server:
     async def health(self, request: Request) -> Response:
         """Public, also with a key: it tells a supervisor whether the server is up."""
         return JSONResponse(
-            {"status": "ok", "busy": self.runner.busy, "queue_depth": self.runner.queue_depth}
+            {
+                "status": "ok",
+                "busy": self.runner.busy,
+                "slots": self.runner.slots,
+                "slots_busy": self.runner.running,
+                "queue_depth": self.runner.queue_depth,
+            }
         )
 
     async def prometheus(self, request: Request) -> Response:
@@ -446,6 +466,7 @@ class Server:
         except ApiError as exc:
             return exc.response()
         self.metrics.queue_depth.set(self.runner.queue_depth)
+        self.metrics.record_step(self.engine.parallel, self.step_figures())
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

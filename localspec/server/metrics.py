@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from localspec.engine.scheduler import StepFigures
 from localspec.engine.stats import Stats
 
 
@@ -50,8 +51,34 @@ class ServerMetrics:
         self.queue_depth = Gauge(
             "localspec_queue_depth", "requests waiting for the engine", registry=r
         )
+        self.slots = Gauge("localspec_slots", "parallel slots (--parallel)", registry=r)
+        self.slots_busy = Gauge(
+            "localspec_slots_busy", "slots holding a generation (last step)", registry=r
+        )
+        self.batch_rows = Gauge(
+            "localspec_batch_rows", "rows decoded together in the last step", registry=r
+        )
+        self.draft_budget = Gauge(
+            "localspec_draft_budget",
+            "draft tokens verified in the last step (the load-aware budget's choice)",
+            registry=r,
+        )
+        self.draft_wanted = Gauge(
+            "localspec_draft_wanted",
+            "draft tokens the slots' controllers asked for in the last step",
+            registry=r,
+        )
         self._totals = [0.0, 0.0]  # accepted, verifications
         self._at: dict[int, list[int]] = {}
+
+    def record_step(self, slots: int, figures: StepFigures | None) -> None:
+        """The scheduler's last step (None: one generation at a time, no scheduler)."""
+        self.slots.set(slots)
+        if figures is not None:
+            self.slots_busy.set(figures.slots_busy)
+            self.batch_rows.set(figures.rows)
+            self.draft_budget.set(figures.drafted)
+            self.draft_wanted.set(figures.wanted)
 
     def record(self, stats: Stats) -> None:
         self.prompt_tokens.inc(stats.n_prompt)

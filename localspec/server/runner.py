@@ -1,15 +1,18 @@
-"""One engine, one generation at a time; waiting requests in a bounded FIFO.
+"""One engine, as many generations at once as it has slots; waiting requests in a bounded
+FIFO.
 
-llama.cpp speculative decoding here is single-sequence, so requests take turns. The turn
-(an asyncio.Lock, which wakes waiters in FIFO order) is handed to the generation thread and
-released by that thread when the engine is really free again: a client that disconnects
-cannot let the next request in while its generation is still finishing its step.
+A request takes one of the engine's slots (``Engine.parallel``; an asyncio.Semaphore, which
+wakes waiters in FIFO order), handed to its generation thread and released by that thread
+when the generation has really left the engine: a client that disconnects cannot let the
+next request in while its generation is still finishing its step. With several slots the
+engine's scheduler verifies every running generation in one batch per step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,23 +30,29 @@ class EngineRunner:
     def __init__(self, engine: Engine, max_queue: int) -> None:
         self.engine = engine
         self.max_queue = max_queue
+        self.slots = engine.parallel
         self.waiting = 0
-        self.busy = False
+        self.running = 0  # generations holding a slot
         self.closing = False
-        self._lock: asyncio.Lock | None = None
-        self._current: threading.Thread | None = None  # the last generation's thread
+        self._lock: asyncio.Semaphore | None = None
+        self._threads: set[threading.Thread] = set()  # generations still running
+        self._count = threading.Lock()  # both change on the event loop and on the threads
 
-    def _turn(self) -> asyncio.Lock:
+    def _turn(self) -> asyncio.Semaphore:
         if self._lock is None:
-            self._lock = asyncio.Lock()
+            self._lock = asyncio.Semaphore(self.slots)
         return self._lock
+
+    @property
+    def busy(self) -> bool:
+        return self.running > 0
 
     @property
     def queue_depth(self) -> int:
         return self.waiting
 
     async def acquire(self) -> None:
-        """Wait for the engine (FIFO). Raise QueueFull at once when the queue is full; a
+        """Wait for a slot (FIFO). Raise QueueFull at once when the queue is full; a
         request cancelled while waiting simply leaves the queue."""
         turn = self._turn()
         if turn.locked() and self.waiting >= self.max_queue:
@@ -59,13 +68,12 @@ class EngineRunner:
         self._turn().release()
 
     def generate(self, **kwargs: Any) -> GenerationStream:
-        """Start one generation now (the caller holds the turn, from ``acquire``) and return
-        its events. The generation thread releases the turn when it ends."""
+        """Start one generation now (the caller holds a slot, from ``acquire``) and return
+        its events. The generation thread releases the slot when it ends."""
         stream = GenerationStream(asyncio.get_running_loop(), lambda: self.closing)
         turn = self._turn()
 
         def work() -> None:
-            self.busy = True
             events = self.engine.stream(cancelled=stream.ended, **kwargs)
             try:
                 for event in events:
@@ -76,12 +84,16 @@ class EngineRunner:
                 stream.put(exc)
             finally:
                 events.close()
-                self.busy = False
+                with self._count:
+                    self.running -= 1
+                    self._threads.discard(threading.current_thread())
                 stream.loop.call_soon_threadsafe(turn.release)
                 stream.put(_DONE)
 
         thread = threading.Thread(target=work, name="localspec-generate", daemon=True)
-        self._current = thread
+        with self._count:
+            self.running += 1
+            self._threads.add(thread)
         thread.start()
         return stream
 
@@ -93,12 +105,14 @@ class EngineRunner:
         self.closing = True
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait for the generation thread to leave the engine (before the engine is freed);
-        False if it is still running after ``timeout`` seconds."""
-        if self._current is None:
-            return True
-        self._current.join(timeout)
-        return not self._current.is_alive()
+        """Wait for the generation threads to leave the engine (before the engine is freed);
+        False if one is still running after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._count:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
 
 class GenerationStream:
