@@ -1,0 +1,141 @@
+"""Parallel slots on the real model: several generations verified in one batch per step.
+
+Each generation must give what it gives alone (greedy: the target's argmax; seeded
+sampling: the same draws), up to the near ties a differently batched pass may tip; a client
+that leaves frees its slot without disturbing the others; the draft budget cuts drafts that
+do not pay when the batch is shared."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec import Engine
+from localspec.engine.costs import VerifyCost
+from localspec.errors import LocalspecError
+from localspec.lossless import compare
+
+PROMPTS = [
+    "def fibonacci(n):",
+    "Write a haiku about the sea.",
+    "The capital of France is",
+    "import numpy as np\n# compute the mean of a list\n",
+]
+# a prompt whose answer copies from it: ngram-simple drafts, and its drafts are accepted
+COPYING = (
+    "Repeat this list exactly, twice:\nalpha, beta, gamma, delta, epsilon, zeta, eta, theta, "
+    "iota, kappa, lambda, mu, nu, xi, omicron, pi, rho, sigma, tau\n"
+)
+
+
+@pytest.fixture(scope="module")
+def slots(qwen_path: Path) -> Iterator[Engine]:
+    with Engine.load(qwen_path, mode="ngram-simple", parallel=4) as engine:
+        yield engine
+
+
+def plain_reference(qwen: Engine, prompt: str, tokens: int, **kw: object):  # type: ignore[no-untyped-def]
+    return qwen.generate(prompt, max_tokens=tokens, mode="none", record_margins=True, **kw)
+
+
+def test_generations_in_one_batch_give_what_each_gives_alone(qwen: Engine, slots: Engine) -> None:
+    before = slots.scheduler().totals.shared_steps
+    got = slots.generate_many([*PROMPTS, COPYING], max_tokens=40)
+    assert slots.scheduler().totals.shared_steps > before + 20  # really answered together
+    for prompt, result in zip([*PROMPTS, COPYING], got, strict=True):
+        ref = plain_reference(qwen, prompt, 40)
+        report = compare(ref.tokens, ref.margins, result.tokens, ref.runners_up)
+        assert report.ok, (prompt, report)
+        assert result.finish_reason == "length" and len(result.tokens) == 40
+    assert got[-1].stats.accepted > 0  # the copying answer was drafted, in a shared batch
+
+
+def test_a_seeded_answer_does_not_depend_on_what_else_runs(slots: Engine) -> None:
+    settings = dict(max_tokens=24, temperature=0.8, seed=1234, record_margins=True)
+    alone = slots.generate(PROMPTS[1], **settings)
+    others = [p for p in PROMPTS if p != PROMPTS[1]]
+    together = slots.generate_many([PROMPTS[1], *others], **settings)[0]
+    report = compare(alone.tokens, alone.margins, together.tokens, alone.runners_up)
+    assert report.identical or (report.near_tie and report.margin is not None)
+
+
+def test_a_client_that_leaves_frees_its_slot_and_disturbs_no_one(
+    qwen: Engine, slots: Engine
+) -> None:
+    scheduler = slots.scheduler()
+    results: dict[str, object] = {}
+
+    def short() -> None:
+        results["short"] = slots.generate(PROMPTS[0], max_tokens=48)
+
+    stream = slots.stream("Write a long essay about rivers.", max_tokens=600)
+    next(stream)
+    worker = threading.Thread(target=short)
+    worker.start()
+    for _ in range(5):
+        next(stream)
+    stream.close()  # the client goes away mid-answer
+    worker.join(120)
+    steps = scheduler.totals.steps
+    for _ in range(200):  # within a step or so of the other answer's end
+        if scheduler.busy == 0:
+            break
+        threading.Event().wait(0.02)
+    assert scheduler.busy == 0, scheduler.totals.steps - steps
+    ref = plain_reference(qwen, PROMPTS[0], 48)
+    short_result = results["short"]
+    report = compare(ref.tokens, ref.margins, short_result.tokens, ref.runners_up)  # type: ignore[attr-defined]
+    assert report.ok
+
+
+def test_drafts_are_cut_when_a_shared_batch_makes_them_cost(slots: Engine) -> None:
+    """A cost curve where a second row is free but every row beyond costs a whole step: one
+    generation alone drafts (its controller's choice), four together verify no draft (each
+    drafted row would cost more than the token it may bring)."""
+    real = slots.verify_cost()
+    step = float(real(np.array([1]))[0])
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    seconds = step * np.maximum(1, sizes - 1)
+    slots.use_cost(VerifyCost(sizes, seconds))
+    try:
+        totals = slots.scheduler().totals
+        wanted, drafted = totals.wanted_shared, totals.drafted_shared
+        alone = slots.generate(COPYING, max_tokens=48)
+        assert alone.stats.drafted > 0  # alone, a free second row pays
+        slots.generate_many([COPYING] * 4, max_tokens=48)
+        assert totals.wanted_shared > wanted  # the controllers asked for drafts...
+        assert totals.drafted_shared == drafted  # ...and the shared steps verified none
+    finally:
+        slots.use_cost(real)
+
+
+def test_scoring_and_closing_with_slots(qwen: Engine, qwen_path: Path) -> None:
+    engine = Engine.load(qwen_path, mode="ngram-simple", parallel=2)
+    text = "The quick brown fox jumps over the lazy dog."
+    scored = engine.score(text, top=2)
+    alone = qwen.score(text, top=2)
+    assert [t for t, _ in scored] == [t for t, _ in alone]
+    for (_, mine), (_, theirs) in zip(scored, alone, strict=True):
+        assert (mine is None) == (theirs is None)
+        if mine is not None and theirs is not None:
+            assert abs(mine[0] - theirs[0]) < 0.05
+    stream = engine.stream(PROMPTS[0], max_tokens=400)
+    next(stream)
+    engine.close()  # a stream still open: it ends, the models are freed
+    with pytest.raises(LocalspecError, match="closed"):
+        list(stream)
+    with pytest.raises(LocalspecError, match="closed"):
+        engine.generate("x", max_tokens=2)
+
+
+def test_parallel_is_checked_before_loading(qwen_path: Path) -> None:
+    with pytest.raises(LocalspecError, match="parallel"):
+        Engine.load(qwen_path, parallel=0)
+    with pytest.raises(LocalspecError, match="parallel"):
+        Engine.load(qwen_path, parallel="4")  # type: ignore[arg-type]
+    with pytest.raises(LocalspecError, match="generate_many takes a list"):
+        Engine.generate_many(None, "one prompt")  # type: ignore[arg-type]
