@@ -109,3 +109,15 @@ def test_the_budget_never_predicts_less_than_plain_batched_decoding(
 def test_pinned_drafts_that_fill_the_batch_leave_no_room() -> None:
     slots = [demand(0.9, pinned=10), demand(0.99)]
     assert allocate(slots, 2, flat_curve(), max_rows=2 + 8) == [10, 0]
+
+
+def test_a_pinned_length_needs_no_estimates() -> None:
+    """A fixed-length request (adaptive drafting off) is pinned and has no acceptance
+    estimates: its expected tokens count no accepted draft, and it keeps its length."""
+    from localspec.engine.budget import DraftDemand, allocate
+
+    pinned = DraftDemand(np.zeros(0), 8, pinned=8)
+    assert pinned.expected_tokens().shape == (9,)
+    free = DraftDemand(np.full(8, 0.9), 8, drafting=True)
+    lengths = allocate([pinned, free], 2, lambda n: np.asarray(n, dtype=float) * 0.0 + 1.0)
+    assert lengths[0] == 8

@@ -12,10 +12,12 @@ from rich.table import Table
 
 from localspec import argtypes as at
 from localspec import bench, native
+from localspec.commands.bench_concurrency import run_concurrency
 from localspec.commands.bench_output import check_outputs, parse_list, write_text
 from localspec.commands.bench_scenarios import run_scenarios
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
 from localspec.commands.flags import spec_for as run_spec_for
+from localspec.concurrency import concurrency_list
 from localspec.errors import LocalspecError
 from localspec.hardware import machine_load
 from localspec.progress import report_console
@@ -30,6 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
+    if args.concurrency is not None:
+        return run_concurrency(args)
+    if args.requests is not None:
+        raise LocalspecError(
+            "--requests applies to --concurrency only", "add --concurrency 1,2,4, or drop it"
+        )
     given = args.modes is not None
     if args.scenarios is not None:
         if args.prompts is not None:
@@ -233,7 +241,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=None,
         help=f"prompt kinds or a prompt file (default {CELL_PROMPTS})",
     )
-    p.add_argument("--temps", default="0", help="comma-separated temperatures")
+    p.add_argument(
+        "--concurrency",
+        type=concurrency_list,
+        default=None,
+        metavar="N,N,...",
+        help="run the concurrency bench instead: for each N, N clients at once sending "
+        "requests back to back, plain batching vs fixed and load-aware speculation of the "
+        "one --modes mode (default ngram-simple) on one engine with max(N) slots; aggregate "
+        "tok/s, p50/p95 latency; with --native, llama-server too",
+    )
+    p.add_argument(
+        "--requests",
+        type=at.count,
+        default=None,
+        help="with --concurrency: requests each client sends in one batch (default 2)",
+    )
+    p.add_argument(
+        "--temps",
+        default="0",
+        help="comma-separated temperatures (--concurrency: the first one)",
+    )
     p.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
     p.add_argument("--repeat", type=at.count, default=3, help="interleaved repeats")
     p.add_argument("--json", default=None, metavar="OUT", help="write JSON results")
@@ -249,6 +277,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=None,
         metavar="DIR",
         help="also run llama.cpp's llama-speculative-simple from DIR "
-        "(scripts/build-llama-cpp-tools builds it)",
+        "(scripts/build-llama-cpp-tools builds it); with --concurrency, its llama-server",
     )
     p.set_defaults(handler=run)

@@ -47,7 +47,10 @@ class DraftDemand:
     def expected_tokens(self) -> np.ndarray:
         """Tokens emitted for each draft length k = 0..cap: the target's own plus the
         drafted ones expected to be accepted."""
-        kept = np.cumprod(np.asarray(self.acceptance, dtype=float)[: self.cap])
+        odds = np.zeros(self.cap)  # positions without an estimate: no chance counted
+        given = np.asarray(self.acceptance, dtype=float)[: self.cap]
+        odds[: given.size] = given
+        kept = np.cumprod(odds)
         return 1.0 + np.concatenate([[0.0], np.cumsum(kept)])
 
 

@@ -174,9 +174,14 @@ class BatchScheduler:
                     self._changed.wait()
                 if self._closed:
                     break
-            self._admit()
-            if self.busy:
-                self._step()
+            try:
+                self._admit()
+                if self.busy:
+                    self._step()
+            except BaseException as exc:  # a bug of the step itself: no caller waits forever
+                for slot in self.slots:
+                    if slot.work is not None:
+                        self._end(slot, exc)
         closing = LocalspecError("the engine was closed while this request ran")
         for slot in self.slots:
             if slot.work is not None:
