@@ -463,15 +463,15 @@ def _half_sent_request(port: int) -> socket.socket:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signals", [1, 2])
-def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
+def test_ctrl_c_stops_the_running_generations_and_keeps_the_memory(
     smollm_path: Path, tmp_path: Path, signals: int
 ) -> None:
-    """The first Ctrl-C ends the running generation after its round (its client is told
-    why) instead of holding the shutdown until the answer is complete, a queued request is
+    """The first Ctrl-C ends every running generation after its round (each client is told
+    why) instead of holding the shutdown until the answers are complete, a queued request is
     not started, and the memory file is written. A second one at once (which once could
     deadlock the signal handler) does not wait for open connections: no traceback either."""
     port, memory = free_port(), tmp_path / "memory.npz"
-    command = ["serve", str(smollm_path), "--port", str(port), "-c", "1024"]
+    command = ["serve", str(smollm_path), "--port", str(port), "-c", "1024", "-np", "2"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "localspec", *command, "--spec-memory", str(memory)],
         stderr=subprocess.PIPE,
@@ -481,6 +481,7 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
     )
     url = f"http://127.0.0.1:{port}"
     queued: list[httpx.Response] = []
+    beside: list[str] = []
     rest = ""
     try:
         wait_for(lambda: _up(url), 120)
@@ -490,16 +491,21 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
             lines = (line for line in r.iter_lines() if line)
             assert all(next(lines).startswith("data:") for _ in range(5))  # generating
+            other = {**body, "prompt": "a, b, c, d, e, f,"}
+            second = threading.Thread(target=lambda: _stream_quietly(url, other, beside))
+            second.start()
+            wait_for(lambda: health(url)["slots_busy"] == 2)
             whole = {**body, "stream": False}
             waiter = threading.Thread(target=lambda: _post_quietly(url, whole, queued))
             waiter.start()
-            wait_for(lambda: health(url)["queue_depth"] == 1)
+            wait_for(lambda: health(url)["queue_depth"] == 1)  # both slots taken
             for _ in range(signals):
                 proc.send_signal(signal.SIGINT)
             stopped_at = time.time()
             with contextlib.suppress(httpx.HTTPError):  # a forced stop may cut the stream
                 rest = "\n".join(lines)
         waiter.join(timeout=60)
+        second.join(timeout=60)
         code = proc.wait(timeout=60)
         assert time.time() - stopped_at < 30  # 900 tokens would take minutes here
     finally:
@@ -507,13 +513,26 @@ def test_ctrl_c_stops_a_running_generation_and_keeps_the_memory(
     err = proc.stderr.read() if proc.stderr else ""
     assert code == 0 and "localspec: stopped" in err and "Traceback" not in err, err
     if signals == 1:
-        assert "the server is shutting down" in rest and rest.endswith("[DONE]")
+        for stream in (rest, beside[0]):
+            assert "the server is shutting down" in stream and stream.endswith("[DONE]")
         assert queued[0].status_code == 503  # waiting when the server stopped: never started
         event = next(line for line in rest.splitlines() if '"error"' in line)
         # the streamed error is the error object a JSON response would have held
         assert json.loads(event.removeprefix("data: ")) == queued[0].json()
-    with np.load(memory) as kept:
-        assert kept["lengths"].size == 1  # the stopped request, prompt and answer so far
+        with np.load(memory) as kept:
+            assert kept["lengths"].size == 2  # the stopped requests, prompts and answers so far
+    else:
+        with np.load(memory) as kept:
+            assert kept["lengths"].size >= 1
+
+
+def _stream_quietly(url: str, body: dict, into: list[str]) -> None:  # type: ignore[type-arg]
+    """A streamed request's events, joined, once it ends (or is cut)."""
+    seen: list[str] = []
+    with contextlib.suppress(httpx.HTTPError):
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+            seen.extend(line for line in r.iter_lines() if line)
+    into.append("\n".join(seen))
 
 
 def _post_quietly(url: str, body: dict, into: list[httpx.Response]) -> None:  # type: ignore[type-arg]

@@ -50,6 +50,7 @@ class ChatOptions:
     self_quant: str = "auto"
     spec_memory_mb: float = DEFAULT_MEMORY_MB
     spec_memory_path: str | bool | None = None
+    parallel: int = 1  # one conversation: one slot
     system: str | None = None
     temperature: float = 0.0
     max_tokens: int = 1024
