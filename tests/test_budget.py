@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from localspec.engine.adaptive import MARGIN, AdaptiveController
 from localspec.engine.budget import DraftDemand, allocate
 from localspec.engine.costs import VerifyCost
+from localspec.engine.step_batch import passes
 
 N_MAX = 16
 SIZES = np.array([1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64, 128])
@@ -121,3 +122,30 @@ def test_a_pinned_length_needs_no_estimates() -> None:
     free = DraftDemand(np.full(8, 0.9), 8, drafting=True)
     lengths = allocate([pinned, free], 2, lambda n: np.asarray(n, dtype=float) * 0.0 + 1.0)
     assert lengths[0] == 8
+
+
+def test_passes_follow_llama_cpps_split_of_a_batch_over_several_caches() -> None:
+    """Equal rows per sequence in one pass, only consecutive sequence ids together."""
+    assert passes({0: 1, 1: 1, 2: 1, 3: 1}, 512, 4) == [4]
+    assert passes({0: 1, 1: 1, 3: 1}, 512, 4) == [2, 1]  # an id skipped: another pass
+    assert passes({0: 3, 1: 3}, 512, 4) == [6]
+    assert passes({0: 1, 1: 8}, 512, 4) == [2, 7]  # the longer one's rest runs alone
+    assert passes({0: 1, 1: 1, 2: 64, 3: 1}, 512, 4) == [4, 63]
+    assert passes({0: 300, 1: 300}, 512, 2) == [512, 88]
+    assert passes({0: 600}, 512, 1) == [512, 88]  # one cache: plain chunks of the batch
+    assert passes({2: 5}, 512, 4) == [5]
+
+
+def test_a_step_in_several_passes_gives_drafts_of_equal_length() -> None:
+    """Two generations whose drafts differ in length pay a second pass: the budget prices
+    the step as llama.cpp runs it and finds the common length, or no drafts."""
+    curve = flat_curve()
+
+    def seconds(lengths: list[int]) -> float:
+        rows = passes({0: 1 + lengths[0], 1: 1 + lengths[1]}, 512, 2)
+        return float(np.sum(curve(np.array(rows))))
+
+    slots = [demand(0.95, cap=8), demand(0.5, cap=8)]
+    lengths = allocate(slots, 2, curve, step_seconds=seconds)
+    assert lengths[0] == lengths[1] > 0
+    assert len(passes({0: 1 + lengths[0], 1: 1 + lengths[1]}, 512, 2)) == 1

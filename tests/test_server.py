@@ -529,9 +529,11 @@ def test_ctrl_c_stops_the_running_generations_and_keeps_the_memory(
 def _stream_quietly(url: str, body: dict, into: list[str]) -> None:  # type: ignore[type-arg]
     """A streamed request's events, joined, once it ends (or is cut)."""
     seen: list[str] = []
-    with contextlib.suppress(httpx.HTTPError):
-        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
-            seen.extend(line for line in r.iter_lines() if line)
+    with (
+        contextlib.suppress(httpx.HTTPError),
+        httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r,
+    ):
+        seen.extend(line for line in r.iter_lines() if line)
     into.append("\n".join(seen))
 
 

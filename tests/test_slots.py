@@ -54,6 +54,30 @@ def test_generations_in_one_batch_give_what_each_gives_alone(qwen: Engine, slots
     assert got[-1].stats.accepted > 0  # the copying answer was drafted, in a shared batch
 
 
+def test_a_cache_moved_to_close_a_gap_keeps_its_answer(qwen: Engine, slots: Engine) -> None:
+    """The second of four generations ends first: the last one's cache moves into its
+    sequence id (one pass per step again), and every answer is still what it is alone."""
+    lengths = [40, 6, 40, 40]
+    prompts = [*PROMPTS[:3], COPYING]
+    moves = slots.scheduler().totals.moves
+    got: dict[int, list[int]] = {}
+
+    def one(i: int) -> None:
+        events = slots.stream(prompts[i], max_tokens=lengths[i])
+        got[i] = [t for event in events for t in event.tokens]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert slots.scheduler().totals.moves > moves
+    for i, prompt in enumerate(prompts):
+        ref = plain_reference(qwen, prompt, lengths[i])
+        report = compare(ref.tokens, ref.margins, got[i], ref.runners_up)
+        assert report.ok, (prompt, report)
+
+
 def test_a_seeded_answer_does_not_depend_on_what_else_runs(slots: Engine) -> None:
     settings = dict(max_tokens=24, temperature=0.8, seed=1234, record_margins=True)
     alone = slots.generate(PROMPTS[1], **settings)
@@ -93,22 +117,21 @@ def test_a_client_that_leaves_frees_its_slot_and_disturbs_no_one(
 
 
 def test_drafts_are_cut_when_a_shared_batch_makes_them_cost(slots: Engine) -> None:
-    """A cost curve where a second row is free but every row beyond costs a whole step: one
-    generation alone drafts (its controller's choice), four together verify no draft (each
-    drafted row would cost more than the token it may bring)."""
+    """A cost curve where up to four rows cost one step and more cost in proportion: one
+    generation alone drafts (its controller's choice: a drafted row is free), four together
+    verify no draft (the four rows already fill the step; any draft row costs its share)."""
     real = slots.verify_cost()
     step = float(real(np.array([1]))[0])
     sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
-    seconds = step * np.maximum(1, sizes - 1)
-    slots.use_cost(VerifyCost(sizes, seconds))
+    slots.use_cost(VerifyCost(sizes, step * np.maximum(1, sizes / 4)))
     try:
         totals = slots.scheduler().totals
-        wanted, drafted = totals.wanted_shared, totals.drafted_shared
+        wanted, drafted = totals.wanted_by_width[4], totals.drafted_by_width[4]
         alone = slots.generate(COPYING, max_tokens=48)
         assert alone.stats.drafted > 0  # alone, a free second row pays
         slots.generate_many([COPYING] * 4, max_tokens=48)
-        assert totals.wanted_shared > wanted  # the controllers asked for drafts...
-        assert totals.drafted_shared == drafted  # ...and the shared steps verified none
+        assert totals.wanted_by_width[4] > wanted  # the controllers asked for drafts...
+        assert totals.drafted_by_width[4] == drafted  # ...and the steps of four verified none
     finally:
         slots.use_cost(real)
 

@@ -60,6 +60,7 @@ def allocate(
     cost: Callable[[np.ndarray], np.ndarray],
     max_rows: int | None = None,
     add_margin: float = ADD_MARGIN,
+    step_seconds: Callable[[Sequence[int]], float] | None = None,
 ) -> list[int]:
     """Draft lengths, one per demand, that maximise the step's predicted tokens per second.
 
@@ -69,22 +70,38 @@ def allocate(
     batch), and the step's throughput is predicted for every prefix of that ranking: a whole
     prefix, not token by token, because the cost curve is a staircase on a CPU (one token more
     can cost a step while the next three cost nothing). The best prefix wins; a generation
-    that was not drafting joins it only if it adds ``add_margin`` to the throughput."""
+    that was not drafting joins it only if it adds ``add_margin`` to the throughput.
+
+    ``step_seconds(lengths)``: what the step costs with those draft lengths, where that is
+    not the curve at the total row count (llama.cpp running a step as several passes). Such
+    a step is cheapest with drafts of equal lengths, which a ranking of single tokens may
+    step over: every common length is tried too."""
     lengths = [d.pinned if d.pinned is not None else 0 for d in demands]
     free = [i for i, d in enumerate(demands) if d.pinned is None]
     room = max(0, max_rows - base_rows - sum(lengths)) if max_rows is not None else None
     ranking = _ranked_tokens(demands, free, base_rows + sum(lengths), cost, room)
-    predict = _Throughput(demands, base_rows, cost)
+    predict = _Throughput(demands, base_rows, cost, step_seconds)
     best, best_speed = list(lengths), predict(lengths)
-    trial = list(lengths)
-    for slot in ranking:
-        trial[slot] += 1
-        if trial[slot] < demands[slot].n_min:
-            continue
+
+    def consider(trial: list[int]) -> None:
+        nonlocal best, best_speed
+        if room is not None and sum(trial[i] for i in free) > room:
+            return
         if all(trial[i] == 0 or trial[i] >= demands[i].n_min for i in free):
             speed = predict(trial)
             if speed > best_speed:
                 best, best_speed = list(trial), speed
+
+    trial = list(lengths)
+    for slot in ranking:
+        trial[slot] += 1
+        if trial[slot] >= demands[slot].n_min:
+            consider(trial)
+    if step_seconds is not None:
+        for level in range(1, max((demands[i].cap for i in free), default=0) + 1):
+            consider(  # every free generation drafting the same length (or its cap)
+                [lengths[i] if i not in free else min(d.cap, level) for i, d in enumerate(demands)]
+            )
     for i in free:  # hysteresis: a generation starts drafting only for a clear gain
         if best[i] and not demands[i].drafting:
             without = [*best[:i], 0, *best[i + 1 :]]
@@ -102,17 +119,21 @@ class _Throughput:
         demands: Sequence[DraftDemand],
         base_rows: int,
         cost: Callable[[np.ndarray], np.ndarray],
+        step_seconds: Callable[[Sequence[int]], float] | None = None,
     ) -> None:
         self.expected = [d.expected_tokens() for d in demands]
         self.per_token = np.array([d.seconds_per_token for d in demands])
         self.base_rows = base_rows
         self.cost = cost
+        self.step_seconds = step_seconds
 
     def __call__(self, lengths: Sequence[int]) -> float:
         tokens = sum(float(e[k]) for e, k in zip(self.expected, lengths, strict=True))
-        rows = self.base_rows + sum(lengths)
-        seconds = float(self.cost(np.array([rows]))[0]) + float(self.per_token @ lengths)
-        return tokens / seconds
+        if self.step_seconds is not None:
+            step = self.step_seconds(lengths)
+        else:
+            step = float(self.cost(np.array([self.base_rows + sum(lengths)]))[0])
+        return tokens / (step + float(self.per_token @ lengths))
 
 
 def _ranked_tokens(

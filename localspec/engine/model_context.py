@@ -169,10 +169,10 @@ class ModelContext:
         params.n_ctx = options.n_ctx * options.n_seq
         params.n_batch = params.n_ubatch = options.n_batch
         params.n_seq_max = options.n_seq
-        # one cache for every sequence: a batch mixing sequences is then one ubatch (with a
-        # cache per sequence llama.cpp splits it into equal runs per sequence, so drafts of
-        # different lengths would cost several passes)
-        params.kv_unified = options.n_seq > 1
+        # a cache per sequence: a step's attention reads only each sequence's own cells (a
+        # shared cache makes every row read every slot's history); the batch then runs in
+        # passes of equal rows per sequence, which the draft budget prices (step_batch.passes)
+        params.kv_unified = False
         params.n_rs_seq = options.n_rs_seq
         threads = options.n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
@@ -359,6 +359,20 @@ class ModelContext:
         self.tokens = []
         if kept:
             self.decode(kept)
+
+    def move_to(self, other: ModelContext) -> None:
+        """Move this sequence's cache to ``other``'s sequence id, and give ``other`` this
+        one's: the two views trade ids, this one keeps its tokens (their cells copied over),
+        ``other`` now names the cells left behind, a copy of the same tokens. llama.cpp runs a
+        step's sequences in one pass only when their ids follow each other: the scheduler
+        closes the gap a finished generation leaves this way."""
+        assert other._views is self._views and other is not self
+        llama_cpp.llama_memory_seq_rm(self.memory, other.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self.memory, self.seq_id, other.seq_id, -1, -1)
+        self.seq_id, other.seq_id = other.seq_id, self.seq_id
+        self._batch, other._batch = other._batch, self._batch
+        self._views[self.seq_id], self._views[other.seq_id] = self, other
+        other.tokens, other.prefilled, other._last_prefill = list(self.tokens), self.prefilled, None
 
     # ----- vocabulary ----------------------------------------------------------------------
 

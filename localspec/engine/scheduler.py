@@ -20,8 +20,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +30,7 @@ from localspec.engine.budget import DraftDemand, allocate
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
-from localspec.engine.step_batch import BatchPart, StepBatch
+from localspec.engine.step_batch import BatchPart, StepBatch, passes
 from localspec.errors import LocalspecError
 
 PREFILL_TOKENS_BUSY = 2 * PREFILL_CHUNK
@@ -105,6 +105,10 @@ class StepTotals:
     rows: int = 0
     wanted_shared: int = 0
     drafted_shared: int = 0
+    moves: int = 0  # caches moved to close a gap between busy sequence ids
+    # the same two counts by how many generations answered in the step
+    wanted_by_width: Counter[int] = field(default_factory=Counter)
+    drafted_by_width: Counter[int] = field(default_factory=Counter)
 
 
 class BatchScheduler:
@@ -228,11 +232,12 @@ class BatchScheduler:
         for slot in self.slots:
             if slot.work is not None and slot.request is not None and slot.request.gone():
                 self._end(slot)
+        self._close_gaps()
         plans = self._plans()
         room = self._batch.capacity - sum(len(p.batch) for _, p in plans)
         chunks = self._chunks(room, busy=bool(plans))
         wanted = sum(len(p.draft) for _, p in plans)
-        plans = self._budget(plans, sum(len(c) for _, c in chunks))
+        plans = self._budget(plans, chunks)
         parts = [BatchPart(s.target, p.batch, len(p.batch)) for s, p in plans]
         parts += [BatchPart(s.target, c, 1 if len(c) == len(s.pending) else 0) for s, c in chunks]
         if not parts:
@@ -247,8 +252,11 @@ class BatchScheduler:
         step_s = time.perf_counter() - t0
         alone = len(parts) == 1
         cost = self.cost()
-        if cost is not None and not alone:  # alone, its controller observes it as ever
-            cost.observe(sum(len(p.tokens) for p in parts), step_s)
+        rows_by_seq = {p.sequence.seq_id: len(p.tokens) for p in parts}
+        # alone, its controller observes the step as ever; a step llama.cpp ran as several
+        # passes is no point of the curve
+        if cost is not None and not alone and len(self._passes(rows_by_seq)) == 1:
+            cost.observe(sum(rows_by_seq.values()), step_s)
         for (slot, plan), part_rows in zip(plans, rows, strict=False):
             told = None if alone or cost is None else float(cost(np.array([len(plan.batch)]))[0])
             self._finish(slot, plan, part_rows, t0, told)
@@ -257,10 +265,13 @@ class BatchScheduler:
         t = self.totals
         t.steps += 1
         t.rows += sum(len(p.tokens) for p in parts)
+        drafted = sum(len(p.draft) for _, p in plans)
+        t.wanted_by_width[len(plans)] += wanted
+        t.drafted_by_width[len(plans)] += drafted
         if len(plans) > 1:
             t.shared_steps += 1
             t.wanted_shared += wanted
-            t.drafted_shared += sum(len(p.draft) for _, p in plans)
+            t.drafted_shared += drafted
         self.figures = StepFigures(
             self.busy,
             sum(len(p.tokens) for p in parts),
@@ -268,6 +279,22 @@ class BatchScheduler:
             wanted,
             sum(len(c) for _, c in chunks),
         )
+
+    def _close_gaps(self) -> None:
+        """Keep the busy slots' sequence ids consecutive: llama.cpp runs a step in one pass
+        only for sequences whose ids follow each other (``step_batch.passes``), so the last
+        busy slot's cache moves into a free id below it (one copy of its cache, where the gap
+        would cost a pass every step). Recurrent models' states are not moved."""
+        if self.slots[0].target.max_rollback is not None:
+            return
+        while True:
+            by_id = sorted(self.slots, key=lambda s: s.target.seq_id)
+            busy = [s for s in by_id if s.work is not None]
+            if len(busy) < 2 or busy[-1].target.seq_id - busy[0].target.seq_id < len(busy):
+                return
+            gap = next(s for s in by_id[by_id.index(busy[0]) :] if s.work is None)
+            busy[-1].target.move_to(gap.target)
+            self.totals.moves += 1
 
     def _plans(self) -> list[tuple[Slot, RoundPlan]]:
         """Each answering slot's round (or its end, when its context is full)."""
@@ -303,12 +330,36 @@ class BatchScheduler:
             budget -= size
         return chunks
 
+    def _passes(self, rows_by_seq: dict[int, int]) -> list[int]:
+        return passes(rows_by_seq, self._batch.capacity, len(self.slots))
+
+    def _step_seconds(
+        self,
+        plans: list[tuple[Slot, RoundPlan]],
+        chunks: list[tuple[Slot, list[int]]],
+        cost: VerifyCost,
+    ) -> Callable[[Sequence[int]], float]:
+        """The step's predicted seconds for given draft lengths: the curve at each pass
+        llama.cpp will make of it."""
+        prefill = {slot.target.seq_id: len(chunk) for slot, chunk in chunks}
+        answering = [slot.target.seq_id for slot, _ in plans]
+
+        def seconds(lengths: Sequence[int]) -> float:
+            rows = dict(prefill)
+            rows.update((seq, 1 + k) for seq, k in zip(answering, lengths, strict=True))
+            return float(np.sum(cost(np.array(self._passes(rows)))))
+
+        return seconds
+
     def _budget(
-        self, plans: list[tuple[Slot, RoundPlan]], prefill_rows: int
+        self,
+        plans: list[tuple[Slot, RoundPlan]],
+        chunks: list[tuple[Slot, list[int]]],
     ) -> list[tuple[Slot, RoundPlan]]:
         """Cut the drafts to what pays for the whole step (none cut when one generation is
         alone: its controller's choice is already the best for it)."""
         cost = self.cost()
+        prefill_rows = sum(len(chunk) for _, chunk in chunks)
         if (
             cost is None
             or (len(plans) == 1 and not prefill_rows)
@@ -324,7 +375,13 @@ class BatchScheduler:
                 demands.append(DraftDemand(np.zeros(0), cap, pinned=cap))
             else:
                 demands.append(DraftDemand(odds, cap, drafting=slot.drafting, n_min=1))
-        lengths = allocate(demands, len(plans) + prefill_rows, cost, self._batch.capacity)
+        lengths = allocate(
+            demands,
+            len(plans) + prefill_rows,
+            cost,
+            self._batch.capacity,
+            step_seconds=self._step_seconds(plans, chunks, cost),
+        )
         cut = []
         for (slot, plan), length in zip(plans, lengths, strict=True):
             assert slot.work is not None
