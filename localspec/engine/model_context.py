@@ -65,15 +65,15 @@ def runs_on_cpu(options: ContextOptions) -> bool:
 
 def flash_attn_setting(options: ContextOptions) -> FlashAttn:
     """What llama.cpp is told for ``options.flash_attn``: "on", "off", or "auto". "auto"
-    turns it off when the model runs on the CPU for one sequence: there llama.cpp's
-    flash-attention kernel walks the whole cache once per query row, so a verify batch of k
-    tokens pays its attention k times where the plain path shares one pass between them.
-    Measured, verify batches cost much less with it off once the context holds a few hundred
-    tokens, one-token steps the same, prompt processing a little more. With parallel slots it
-    stays on: a shared step is a few rows per sequence, which it runs faster, and prompts
-    are read faster (docs/benchmarks.md). On a GPU llama.cpp decides."""
+    turns it off when the model runs on the CPU: there llama.cpp's flash-attention kernel
+    walks the whole cache once per query row, so a verify batch of k tokens pays its
+    attention k times where the plain path shares one pass between them. Measured, verify
+    batches cost much less with it off once the context holds a few hundred tokens, one-token
+    steps about the same, prompt processing a little more; with parallel slots under load
+    (a few rows per sequence) it would win back 3-10%, less than a lone speculating client
+    loses (docs/benchmarks.md). On a GPU llama.cpp decides."""
     if options.flash_attn == "auto" and runs_on_cpu(options):
-        return "on" if options.n_seq > 1 else "off"
+        return "off"
     return options.flash_attn
 
 
