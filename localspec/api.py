@@ -46,6 +46,7 @@ from localspec.engine.model_context import (
     ModelContext,
 )
 from localspec.engine.mtp import MtpContext
+from localspec.engine.prompt_cache import DEFAULT_MAX_BYTES, PromptCache
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.scheduler import DONE, BatchScheduler, SlotRequest, SlotWork
 from localspec.engine.scoring import score_tokens
@@ -93,6 +94,9 @@ class GenerationResult:
     runners_up: list[tuple[int, ...]] = field(default_factory=list)
 
 
+DEFAULT_PROMPT_CACHE_MB = DEFAULT_MAX_BYTES / 2**20
+
+
 class Engine:
     """A loaded target (and draft) ready to generate. Free it with ``close()`` or ``with``."""
 
@@ -111,6 +115,7 @@ class Engine:
         self.target, self.draft, self.mode, self.mtp = target, draft, mode, mtp
         # generations answered together, in one batch per step (``engine/scheduler.py``)
         self.parallel = parallel
+        self.prompt_cache_bytes = DEFAULT_MAX_BYTES  # read when the slots start
         self._slots: BatchScheduler | None = None
         # what drafts: "draft-model" (a second GGUF), "draft-self" (a layer subset of the
         # target) or "draft-mtp" (the target's NextN head, ``mtp``)
@@ -178,6 +183,7 @@ class Engine:
         spec_memory_mb: float = DEFAULT_MEMORY_MB,
         spec_memory_path: str | os.PathLike[str] | bool | None = None,
         parallel: int = 1,
+        prompt_cache_mb: float = DEFAULT_PROMPT_CACHE_MB,
     ) -> Engine:
         """Resolve and load the models. ``target``/``draft``: a .gguf path or catalog name.
         ``progress(what, fraction)`` reports loading ("target" or "draft", 0..1).
@@ -189,7 +195,13 @@ class Engine:
         file that keeps it across runs (``--spec-memory``; True: the cache's file for this
         target). ``parallel``: how many generations run at once, verified in one batch
         per step (``stream`` from several threads, or ``generate_many``); each has a
-        context of ``n_ctx`` tokens."""
+        context of ``n_ctx`` tokens. ``prompt_cache_mb``: with parallel slots, the host
+        memory that keeps prompts' caches once their slot moved on (0: none)."""
+        if not prompt_cache_mb >= 0:
+            raise LocalspecError(
+                f"prompt_cache_mb={prompt_cache_mb!r} is not a size in MiB",
+                "give 0 (no prompt cache) or more",
+            )
         models = load_models(
             target,
             draft,
@@ -208,7 +220,9 @@ class Engine:
             spec_memory_path=spec_memory_path,
             parallel=parallel,
         )
-        return cls(**vars(models))
+        engine = cls(**vars(models))
+        engine.prompt_cache_bytes = int(prompt_cache_mb * 2**20)
+        return engine
 
     def close(self) -> None:
         """Free the models (once a running step is over); every later call is refused."""
@@ -446,8 +460,9 @@ class Engine:
         """The parallel slots' scheduler (``parallel`` > 1), started on first use."""
         with self._turns.step():
             if self._slots is None:
+                cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes else None
                 self._slots = BatchScheduler(
-                    self.target, self.draft, self.parallel, lambda: self._cost
+                    self.target, self.draft, self.parallel, lambda: self._cost, cache
                 )
             return self._slots
 

@@ -254,6 +254,12 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         spec_memory_mb=0.0 if forget else (memory_mb or DEFAULT_MEMORY_MB),
         spec_memory_path=memory_file,
         parallel=parallel_for(args, mode),
+        # where the command has it (serve): the prompt cache of the parallel slots
+        **(
+            {"prompt_cache_mb": args.cache_ram}
+            if getattr(args, "cache_ram", None) is not None
+            else {}
+        ),
     )
 
 

@@ -171,6 +171,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         f"context of -c tokens (default {DEFAULT_PARALLEL}; 1 with draft-mtp)",
     )
     p.add_argument(
+        "--cache-ram",
+        type=at.non_negative,
+        default=None,
+        metavar="MIB",
+        help="host memory for prompts' caches once their slot moved on, given back to a "
+        "request that starts the same way (default 1024; 0: none)",
+    )
+    p.add_argument(
         "--max-queue",
         type=at.non_negative,
         default=8,

@@ -85,6 +85,22 @@ def flash_attn_type(options: ContextOptions) -> int:
     }.get(flash_attn_setting(options), llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
 
 
+@dataclass(frozen=True)
+class SavedSequence:
+    """A sequence's cache copied out of llama.cpp (``ModelContext.save``): its tokens and the
+    state that restores them into any sequence of the same context."""
+
+    tokens: tuple[int, ...]
+    prefilled: int
+    last_prefill: tuple[tuple[int, ...], np.ndarray] | None
+    state: ctypes.Array[ctypes.c_ubyte]
+
+    @property
+    def size(self) -> int:
+        """Bytes held: the state, and the prompt's logits row when kept."""
+        return len(self.state) + (self.last_prefill[1].nbytes if self.last_prefill else 0)
+
+
 class ModelContext:
     """A loaded model with one context, seen as its sequence 0. A context made for several
     sequences (``ContextOptions.n_seq``) hands out the others with ``sequence(i)``: views
@@ -360,6 +376,28 @@ class ModelContext:
         self.tokens = []
         if kept:
             self.decode(kept)
+
+    def save(self) -> SavedSequence:
+        """A copy of this sequence's cache (host memory), for ``restore`` later."""
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, self.seq_id)
+        state = (ctypes.c_ubyte * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ctx, state, size, self.seq_id)
+        if written < size:  # nothing (a failure) or less than announced: keep what was written
+            state = (ctypes.c_ubyte * written).from_buffer_copy(state)
+        return SavedSequence(tuple(self.tokens), self.prefilled, self._last_prefill, state)
+
+    def restore(self, saved: SavedSequence) -> bool:
+        """Replace this sequence's cache with ``saved``; False (and an empty sequence) when
+        llama.cpp could not read it back."""
+        llama_cpp.llama_memory_seq_rm(self.memory, self.seq_id, -1, -1)
+        self.tokens, self.prefilled, self._last_prefill = [], 0, None
+        read = llama_cpp.llama_state_seq_set_data(self.ctx, saved.state, saved.size, self.seq_id)
+        if read == 0:
+            llama_cpp.llama_memory_seq_rm(self.memory, self.seq_id, -1, -1)
+            return False
+        self.tokens, self.prefilled = list(saved.tokens), saved.prefilled
+        self._last_prefill = saved.last_prefill
+        return True
 
     def move_to(self, other: ModelContext) -> None:
         """Move this sequence's cache to ``other``'s sequence id, and give ``other`` this

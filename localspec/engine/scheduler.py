@@ -30,6 +30,7 @@ from localspec.engine.budget import DraftDemand, allocate
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
+from localspec.engine.prompt_cache import PromptCache
 from localspec.engine.step_batch import BatchPart, StepBatch, passes
 from localspec.errors import LocalspecError
 
@@ -105,6 +106,7 @@ class StepTotals:
     rows: int = 0
     wanted_shared: int = 0
     drafted_shared: int = 0
+    prompt_rows: int = 0  # prompt tokens read (what the slots' and the host caches lacked)
     moves: int = 0  # caches moved to close a gap between busy sequence ids
     # the same two counts by how many generations answered in the step
     wanted_by_width: Counter[int] = field(default_factory=Counter)
@@ -118,13 +120,18 @@ class BatchScheduler:
         draft: ModelContext | None,
         n_slots: int,
         cost: Callable[[], VerifyCost | None],
+        prompt_cache: PromptCache | None = None,
     ) -> None:
-        """``cost``: the target's calibrated cost curve once measured (None before)."""
+        """``cost``: the target's calibrated cost curve once measured (None before);
+        ``prompt_cache``: where a slot's cache goes when another prompt replaces it, and
+        where a prompt's start is looked for beyond the slots."""
         self.slots = [
             Slot(i, target.sequence(i), draft.sequence(i) if draft is not None else None)
             for i in range(n_slots)
         ]
         self.cost = cost
+        recurrent = target.max_rollback is not None  # its states are not saved and restored
+        self.prompt_cache = None if recurrent else prompt_cache
         self.figures = StepFigures()
         self.totals = StepTotals()
         self._batch = StepBatch(target)
@@ -216,6 +223,8 @@ class BatchScheduler:
     def _start(self, slot: Slot, request: SlotRequest) -> None:
         slot.request, slot.used_at, slot.drafting = request, time.monotonic(), False
         try:
+            if self.prompt_cache is not None:
+                self.prompt_cache.swap_in(slot.target, request.tokens)
             slot.work = request.start(slot.target, slot.draft)
             if slot.work is None:  # done at once
                 self._end(slot)
@@ -264,6 +273,7 @@ class BatchScheduler:
             self._prefilled(slot, chunk, part_rows)
         t = self.totals
         t.steps += 1
+        t.prompt_rows += sum(len(c) for _, c in chunks)
         t.rows += sum(len(p.tokens) for p in parts)
         drafted = sum(len(p.draft) for _, p in plans)
         t.wanted_by_width[len(plans)] += wanted
