@@ -8,6 +8,7 @@ do not pay when the batch is shared."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,3 +163,33 @@ def test_parallel_is_checked_before_loading(qwen_path: Path) -> None:
         Engine.load(qwen_path, parallel="4")  # type: ignore[arg-type]
     with pytest.raises(LocalspecError, match="generate_many takes a list"):
         Engine.generate_many(None, "one prompt")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_sampling_in_shared_steps_keeps_the_distribution(qwen: Engine, slots: Engine) -> None:
+    """Four clients at once, each drawing with its own seed while the memory drafts what an
+    earlier answer said (rejection sampling in shared steps): each second colour comes as
+    often as plain sampling alone draws it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scipy.stats import chi2_contingency
+
+    from tests.test_suffix_real import _second_colours
+
+    plain, _ = _second_colours(qwen, "none", range(80))
+    shared = slots.scheduler().totals.shared_steps
+    slots.memory.clear()
+    with ThreadPoolExecutor(4) as pool:
+        parts = list(
+            pool.map(
+                lambda s: _second_colours(slots, "suffix", range(s, s + 20)), range(1000, 1080, 20)
+            )
+        )
+    spec = sum((counts for counts, _ in parts), start=Counter())
+    assert sum(drafted for _, drafted in parts) >= 40  # the memory drafted throughout
+    assert slots.scheduler().totals.shared_steps > shared + 40  # ...in shared steps
+    names = sorted(set(plain) | set(spec))
+    assert len(names) >= 2, (plain, spec)
+    table = np.array([[plain[n] for n in names], [spec[n] for n in names]]) + 0.5
+    assert chi2_contingency(table).pvalue > 1e-3, (plain, spec)
+    slots.memory.clear()
