@@ -77,7 +77,6 @@ class Slot:
     work: SlotWork | None = None
     pending: list[int] = field(default_factory=list)  # prompt tokens still to read
     kept: int = 0  # prompt tokens the cache already held
-    drafting: bool = False  # its last round verified a draft (the budget's hysteresis)
     used_at: float = 0.0
 
     @property
@@ -221,7 +220,7 @@ class BatchScheduler:
             self._start(slot, request)
 
     def _start(self, slot: Slot, request: SlotRequest) -> None:
-        slot.request, slot.used_at, slot.drafting = request, time.monotonic(), False
+        slot.request, slot.used_at = request, time.monotonic()
         try:
             if self.prompt_cache is not None:
                 self.prompt_cache.swap_in(slot.target, request.tokens)
@@ -384,12 +383,15 @@ class BatchScheduler:
             if odds is None:
                 demands.append(DraftDemand(np.zeros(0), cap, pinned=cap))
             else:
-                demands.append(DraftDemand(odds, cap, drafting=slot.drafting, n_min=1))
+                demands.append(DraftDemand(odds, cap, n_min=1))
         lengths = allocate(
             demands,
             len(plans) + prefill_rows,
             cost,
             self._batch.capacity,
+            # each step's drafts are decided afresh and switching costs nothing (the slots'
+            # own controllers keep their hysteresis): any predicted gain is taken
+            add_margin=0.0,
             step_seconds=self._step_seconds(plans, chunks, cost),
         )
         cut = []
@@ -402,7 +404,6 @@ class BatchScheduler:
         self, slot: Slot, plan: RoundPlan, rows: np.ndarray, t0: float, told: float | None
     ) -> None:
         assert slot.work is not None
-        slot.drafting = bool(plan.draft)
         try:
             self._emit(slot, slot.work.loop.finish(plan, rows, t0, told))
         except BaseException as exc:
@@ -429,7 +430,7 @@ class BatchScheduler:
     def _end(self, slot: Slot, error: BaseException | None = None) -> None:
         """The slot's generation is over (finished, failed, or its caller left)."""
         request, work = slot.request, slot.work
-        slot.request, slot.work, slot.pending, slot.drafting = None, None, [], False
+        slot.request, slot.work, slot.pending = None, None, []
         try:
             if work is not None:
                 work.close()
