@@ -35,6 +35,12 @@ from localspec.engine.step_batch import BatchPart, StepBatch, passes
 from localspec.errors import LocalspecError
 
 PREFILL_TOKENS_BUSY = 2 * PREFILL_CHUNK
+# the predicted gain a slot that did not draft last step must add before a shared step
+# verifies its draft (no flapping). A lone controller's 5% margin is too wide here: a shared
+# step's gains are small fractions of a wide step, and a slot cut once stayed cut
+# (docs/benchmarks.md: 1% of the wanted drafts verified at 4 clients, where fixed-length
+# speculation gained 4%)
+SHARED_STEP_MARGIN = 0.01
 DONE = object()  # the last item of a request's event queue
 
 
@@ -77,6 +83,7 @@ class Slot:
     work: SlotWork | None = None
     pending: list[int] = field(default_factory=list)  # prompt tokens still to read
     kept: int = 0  # prompt tokens the cache already held
+    drafting: bool = False  # its last round verified a draft (the budget's hysteresis)
     used_at: float = 0.0
 
     @property
@@ -220,7 +227,7 @@ class BatchScheduler:
             self._start(slot, request)
 
     def _start(self, slot: Slot, request: SlotRequest) -> None:
-        slot.request, slot.used_at = request, time.monotonic()
+        slot.request, slot.used_at, slot.drafting = request, time.monotonic(), False
         try:
             if self.prompt_cache is not None:
                 self.prompt_cache.swap_in(slot.target, request.tokens)
@@ -383,15 +390,13 @@ class BatchScheduler:
             if odds is None:
                 demands.append(DraftDemand(np.zeros(0), cap, pinned=cap))
             else:
-                demands.append(DraftDemand(odds, cap, n_min=1))
+                demands.append(DraftDemand(odds, cap, drafting=slot.drafting, n_min=1))
         lengths = allocate(
             demands,
             len(plans) + prefill_rows,
             cost,
             self._batch.capacity,
-            # each step's drafts are decided afresh and switching costs nothing (the slots'
-            # own controllers keep their hysteresis): any predicted gain is taken
-            add_margin=0.0,
+            add_margin=SHARED_STEP_MARGIN,
             step_seconds=self._step_seconds(plans, chunks, cost),
         )
         cut = []
@@ -404,6 +409,7 @@ class BatchScheduler:
         self, slot: Slot, plan: RoundPlan, rows: np.ndarray, t0: float, told: float | None
     ) -> None:
         assert slot.work is not None
+        slot.drafting = bool(plan.draft)
         try:
             self._emit(slot, slot.work.loop.finish(plan, rows, t0, told))
         except BaseException as exc:
@@ -430,7 +436,7 @@ class BatchScheduler:
     def _end(self, slot: Slot, error: BaseException | None = None) -> None:
         """The slot's generation is over (finished, failed, or its caller left)."""
         request, work = slot.request, slot.work
-        slot.request, slot.work, slot.pending = None, None, []
+        slot.request, slot.work, slot.pending, slot.drafting = None, None, [], False
         try:
             if work is not None:
                 work.close()
