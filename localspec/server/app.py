@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -40,6 +40,7 @@ from localspec.server.guard import (
     is_loopback_host,
     origin_allowed,
 )
+from localspec.server.llama_routes import LlamaRoutes
 from localspec.server.metrics import ServerMetrics
 from localspec.server.reply import DISCONNECT_POLL_S as POLL_S
 from localspec.server.reply import Reply, ShuttingDown
@@ -145,9 +146,10 @@ class Server:
                 raise ApiError(503, "the server is shutting down", "server_error")
 
     @staticmethod
-    def parse(model: type[CompletionRequest] | type[ChatRequest], data: Any):  # type: ignore[no-untyped-def]
+    def parse_body(model: type[BaseModel], data: Any) -> Any:
+        """The body as ``model``, or a 400 naming the first field that is wrong."""
         try:
-            req = model.model_validate(data)
+            return model.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"] if not _TYPE_TAG.match(str(p)))
@@ -157,6 +159,10 @@ class Server:
             message = first["msg"].removeprefix("Value error, ")
             where = f"{param}: " if param else ""
             raise ApiError(400, f"{where}{message}", param=param or None) from None
+
+    @classmethod
+    def parse(cls, model: type[CompletionRequest] | type[ChatRequest], data: Any):  # type: ignore[no-untyped-def]
+        req = cls.parse_body(model, data)
         if req.n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
         limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -495,6 +501,7 @@ _TYPE_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|functio
 
 def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starlette:
     server = Server(engine, settings or ServerSettings())
+    llama = LlamaRoutes(server)
     app = Starlette(
         routes=[
             Route("/health", server.health),
@@ -503,6 +510,10 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
             Route("/v1/models/{model_id:path}", server.model),
             Route("/v1/completions", server.completions, methods=["POST"]),
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
+            Route("/tokenize", llama.tokenize, methods=["POST"]),
+            Route("/detokenize", llama.detokenize, methods=["POST"]),
+            Route("/apply-template", llama.apply_template, methods=["POST"]),
+            Route("/props", llama.props),
         ],
         exception_handlers={HTTPException: http_error},
         middleware=[Middleware(OriginCORS, allowed=server.settings.allowed_origins)],
