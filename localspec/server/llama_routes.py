@@ -7,7 +7,7 @@ every other endpoint uses."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
@@ -21,7 +21,20 @@ from localspec.server.schemas import Message
 from localspec.server.shapes import ApiError
 
 if TYPE_CHECKING:
-    from localspec.server.app import Server
+    from localspec.api import Engine
+
+
+class GuardedServer(Protocol):
+    """What these routes use of the server (``app.Server``): its guards and body parsing."""
+
+    engine: Engine
+    model_id: str
+
+    def check_caller(self, request: Request) -> str: ...
+
+    async def read_json(self, request: Request) -> Any: ...
+
+    def parse_body(self, model: type[BaseModel], data: Any) -> Any: ...
 
 
 class TokenizeRequest(BaseModel):
@@ -44,7 +57,7 @@ class ApplyTemplateRequest(BaseModel):
 
 
 class LlamaRoutes:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: GuardedServer) -> None:
         self.server = server
         self.engine = server.engine
 
