@@ -124,15 +124,17 @@ class _Throughput:
         self.expected = [d.expected_tokens() for d in demands]
         self.per_token = np.array([d.seconds_per_token for d in demands])
         self.base_rows = base_rows
-        self.cost = cost
         self.step_seconds = step_seconds
+        # the curve at every row count a step can reach, once: it is asked for each prefix
+        most = base_rows + sum(max(d.cap, d.pinned or 0) for d in demands)
+        self.by_rows = cost(np.arange(most + 1)).tolist() if step_seconds is None else []
 
     def __call__(self, lengths: Sequence[int]) -> float:
         tokens = sum(float(e[k]) for e, k in zip(self.expected, lengths, strict=True))
         if self.step_seconds is not None:
             step = self.step_seconds(lengths)
         else:
-            step = float(self.cost(np.array([self.base_rows + sum(lengths)]))[0])
+            step = self.by_rows[self.base_rows + sum(lengths)]
         return tokens / (step + float(self.per_token @ lengths))
 
 

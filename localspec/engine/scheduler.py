@@ -359,11 +359,13 @@ class BatchScheduler:
         llama.cpp will make of it."""
         prefill = {slot.target.seq_id: len(chunk) for slot, chunk in chunks}
         answering = [slot.target.seq_id for slot, _ in plans]
+        # the curve at every pass size, once a step: the budget asks for hundreds of steps
+        by_rows = cost(np.arange(self._batch.capacity + 1)).tolist()
 
         def seconds(lengths: Sequence[int]) -> float:
             rows = dict(prefill)
             rows.update((seq, 1 + k) for seq, k in zip(answering, lengths, strict=True))
-            return float(np.sum(cost(np.array(self._passes(rows)))))
+            return sum(by_rows[n] for n in self._passes(rows))
 
         return seconds
 
