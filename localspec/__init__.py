@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from localspec.api import Engine, GenerationResult
+    from localspec.engine.fim import ExtraFile, FimPrompt
     from localspec.engine.loop import RoundEvent, SpecConfig
     from localspec.engine.settings import GenerationSettings
     from localspec.engine.stats import Stats
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "Engine": "localspec.api",
     "GenerationResult": "localspec.api",
+    "FimPrompt": "localspec.engine.fim",
+    "ExtraFile": "localspec.engine.fim",
     "RoundEvent": "localspec.engine.loop",
     "SpecConfig": "localspec.engine.loop",
     "GenerationSettings": "localspec.engine.settings",
@@ -31,6 +34,8 @@ _RENAMED = {"StepEvent": "RoundEvent"}  # the names of earlier releases
 
 __all__ = [
     "Engine",
+    "ExtraFile",
+    "FimPrompt",
     "GenerationResult",
     "GenerationSettings",
     "LocalspecError",

@@ -33,6 +33,7 @@ from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.drafting import Drafter
+from localspec.engine.fim import FimPrompt, fim_tokens
 from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import (
     DraftControl,
@@ -95,6 +96,8 @@ class GenerationResult:
 
 
 DEFAULT_PROMPT_CACHE_MB = DEFAULT_MAX_BYTES / 2**20
+# text, chat messages, or a middle to fill between a prefix and a suffix
+Prompt = str | Sequence[Message] | FimPrompt
 
 
 class Engine:
@@ -245,15 +248,17 @@ class Engine:
 
     def tokenize_prompt(
         self,
-        prompt: str | Sequence[Message],
+        prompt: Prompt,
         chat: bool = False,
         system: str | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
         # the vocabulary is only read: no need to wait for a running round (the server
         # tokenizes a new request on its event loop while another is being answered)
         self._turns.refuse_if_closed()
+        if isinstance(prompt, FimPrompt):
+            return fim_tokens(self.target, prompt, self.target_path.name)
+        chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
         return build_prompt(self.target, prompt, chat, system, tools)
 
     def _controller(
@@ -381,7 +386,7 @@ class Engine:
 
     def stream(
         self,
-        prompt: str | Sequence[Message],
+        prompt: Prompt,
         settings: GenerationSettings | None = None,
         *,
         chat: bool = False,
@@ -428,7 +433,7 @@ class Engine:
 
     def _slot_stream(
         self,
-        prompt: str | Sequence[Message],
+        prompt: Prompt,
         s: GenerationSettings,
         chat: bool,
         system: str | None,
@@ -468,7 +473,7 @@ class Engine:
 
     def generate_many(
         self,
-        prompts: Sequence[str | Sequence[Message]],
+        prompts: Sequence[Prompt],
         settings: GenerationSettings | None = None,
         **kwargs: Any,
     ) -> list[GenerationResult]:
@@ -510,7 +515,7 @@ class Engine:
 
     def _stream(
         self,
-        prompt: str | Sequence[Message],
+        prompt: Prompt,
         s: GenerationSettings,
         chat: bool,
         system: str | None,
@@ -525,7 +530,7 @@ class Engine:
 
     def _prepare(
         self,
-        prompt: str | Sequence[Message],
+        prompt: Prompt,
         s: GenerationSettings,
         chat: bool,
         system: str | None,
@@ -668,7 +673,7 @@ class Engine:
 
     def generate(
         self,
-        prompt: str | Sequence[Message],
+        prompt: Prompt,
         settings: GenerationSettings | None = None,
         **kwargs: Any,
     ) -> GenerationResult:

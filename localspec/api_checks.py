@@ -14,6 +14,7 @@ from dataclasses import fields, replace
 
 from localspec.argtypes import MIN_CONTEXT
 from localspec.drafters.ngram import NgramParams
+from localspec.engine.fim import ExtraFile, FimPrompt
 from localspec.engine.loop import SpecConfig
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
@@ -148,9 +149,11 @@ def tools(value: object) -> None:
 
 
 def prompt(value: object) -> None:
-    """Text, or chat messages: a list of {"role", "content"} dicts."""
+    """Text, chat messages (a list of {"role", "content"} dicts), or a ``FimPrompt``."""
     if isinstance(value, str):
         return
+    if isinstance(value, FimPrompt):
+        return fim_prompt(value)
     hint = 'give text, or messages: [{"role": "user", "content": "..."}]'
     if isinstance(value, bytes | dict) or not isinstance(value, Sequence):
         raise LocalspecError(f"the prompt must be text or chat messages (got {value!r:.60})", hint)
@@ -164,6 +167,16 @@ def prompt(value: object) -> None:
                 f"chat message #{i + 1} has the role {message.get('role')!r}",
                 f"use one of {', '.join(CHAT_ROLES)}",
             )
+
+
+def fim_prompt(fim: FimPrompt) -> None:
+    for name in ("prefix", "suffix", "typed"):
+        text(f"FimPrompt.{name}", getattr(fim, name), none_ok=False)
+    for i, file in enumerate(fim.extra):
+        if not isinstance(file, ExtraFile):
+            raise LocalspecError(f"FimPrompt.extra[{i}] must be an ExtraFile (got {file!r:.40})")
+        text(f"FimPrompt.extra[{i}].text", file.text, none_ok=False)
+        text(f"FimPrompt.extra[{i}].filename", file.filename, none_ok=False)
 
 
 def load_arguments(

@@ -19,11 +19,20 @@ def test_stop_string_across_tokens_cuts_text_and_ends() -> None:
     assert out.tokens == [1, 2, 3]
 
 
+def test_the_stop_string_that_ended_the_text_is_named() -> None:
+    """The earliest in the text, whichever comes first in the list."""
+    out = assembler(stop=["world", "lo w"])
+    for token in (1, 2, 3, 4):
+        out.push(token)
+    assert out.stop_word == "lo w" and out.text == "Hel"
+
+
 def test_eos_is_not_emitted() -> None:
     out = assembler()
     out.push(1)
     assert not out.push(0)
     assert out.finish_reason == "stop" and out.tokens == [1]
+    assert out.stop_word is None
 
 
 def test_max_tokens() -> None:

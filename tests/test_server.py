@@ -181,7 +181,8 @@ def test_an_engine_failure_is_the_servers_error_not_the_clients() -> None:
         ({"prompt": "x", "speculative": {"n_max": 600}}, 400, "more than one verification"),
         ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
         ({"prompt": "x", "best_of": 2}, 400, "best_of"),
-        ({"prompt": "x", "suffix": "return x"}, 400, "fill-in-the-middle is not supported"),
+        ({"prompt": "x", "suffix": "return x"}, 400, "cannot fill in the middle"),
+        ({"prompt": "x", "suffix": "y", "echo": True}, 400, "echo"),
         ({"prompt": "word " * 2000}, 400, "context holds 1024"),
     ],
 )

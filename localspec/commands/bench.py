@@ -13,6 +13,7 @@ from rich.table import Table
 from localspec import argtypes as at
 from localspec import bench, native
 from localspec.commands.bench_concurrency import run_concurrency
+from localspec.commands.bench_fim import run_fim
 from localspec.commands.bench_output import check_outputs, parse_list, write_text
 from localspec.commands.bench_scenarios import run_scenarios
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
+    if args.fim:
+        return run_fim(args)
     if args.concurrency is not None:
         return run_concurrency(args)
     if args.requests is not None:
@@ -250,6 +253,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "requests back to back, plain batching vs fixed and load-aware speculation of the "
         "one --modes mode (default ngram-simple) on one engine with max(N) slots; aggregate "
         "tok/s, p50/p95 latency; with --native, llama-server too",
+    )
+    p.add_argument(
+        "--fim",
+        action="store_true",
+        help="run the code-completion bench instead: fill-in-the-middle requests as editors "
+        "send them, time to the whole completion, plain vs the one --modes mode (default "
+        "ngram-simple); with --native, llama-server's /infill on the same requests",
     )
     p.add_argument(
         "--requests",

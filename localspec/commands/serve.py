@@ -151,8 +151,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="append",
         type=at.text,
         default=None,
-        help="require Authorization: Bearer KEY (also for /metrics); repeat it for several "
-        "users: each key has its own speculation memory",
+        help="require Authorization: Bearer KEY or x-api-key: KEY (also for /metrics); "
+        "repeat it for several users: each key has its own speculation memory",
     )
     p.add_argument(
         "--allowed-origins",

@@ -123,6 +123,7 @@ class RoundEvent:
     from_draft: tuple[bool, ...]
     stats: Stats
     finish_reason: str | None = None
+    stop_word: str | None = None  # with finish_reason "stop": the stop string that ended it
     margins: tuple[float, ...] = ()
     runners_up: tuple[tuple[int, ...], ...] = ()
     # only when asked for: each token's log-probability and the most likely alternatives
@@ -219,6 +220,7 @@ class SpeculativeLoop:
             from_draft=tuple(from_draft),
             stats=self._snapshot(),
             finish_reason=self.output.finish_reason,
+            stop_word=self.output.stop_word,
             margins=tuple(gap for gap, _ in tops),
             runners_up=tuple(close for _, close in tops),
             logprobs=tuple(logprobs or ())[: len(tokens)],
@@ -260,7 +262,9 @@ class SpeculativeLoop:
             self.grammar.accept(token)
 
     def rounds(self) -> Iterator[RoundEvent]:
-        yield self.first(self.target.evaluate(self.prompt, self.reproducible))
+        row = self.target.evaluate(self.prompt, self.reproducible)
+        self.recorder.n_cached = self.target.reused
+        yield self.first(row)
         while not self.output.done:
             if self.context_full():
                 yield self.end_at_length()

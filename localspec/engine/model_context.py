@@ -106,6 +106,8 @@ class ModelContext:
     sequences (``ContextOptions.n_seq``) hands out the others with ``sequence(i)``: views
     that share the model and the context, each with its own tokens and KV cells."""
 
+    reused = 0  # tokens of the last prompt evaluated whose cache was kept
+
     def __init__(
         self,
         path: Path,
@@ -260,6 +262,7 @@ class ModelContext:
         fresh evaluation gives, whatever the cache held. (Prefill runs as fast in chunks of
         64 as of 512 on a CPU; a repeated prompt re-decodes at most 63 tokens.)"""
         keep, kept_row = self.reuse_prefix(sequence, reproducible)
+        self.reused = keep
         if kept_row is not None:
             return kept_row
         row = self.decode(sequence[keep:], chunk=PREFILL_CHUNK if reproducible else None)[0]
@@ -469,6 +472,18 @@ class ModelContext:
     @property
     def bos_token(self) -> int:
         return llama_cpp.llama_vocab_bos(self.vocab)
+
+    @property
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens the vocabulary has (-1: none), by llama.cpp's names."""
+        vocab = self.vocab
+        return {
+            "pre": llama_cpp.llama_vocab_fim_pre(vocab),
+            "suf": llama_cpp.llama_vocab_fim_suf(vocab),
+            "mid": llama_cpp.llama_vocab_fim_mid(vocab),
+            "rep": llama_cpp.llama_vocab_fim_rep(vocab),
+            "sep": llama_cpp.llama_vocab_fim_sep(vocab),
+        }
 
     @property
     def eos_token(self) -> int:

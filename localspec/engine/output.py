@@ -29,6 +29,7 @@ class OutputAssembler:
         self.text = ""  # all text decoded so far (cut at a stop string once one is found)
         self._released = 0  # how much of ``text`` has been handed out
         self.finish_reason: str | None = None
+        self.stop_word: str | None = None  # the stop string the text ended at
 
     @property
     def done(self) -> bool:
@@ -57,10 +58,11 @@ class OutputAssembler:
 
     def _cut_at_stop(self) -> bool:
         window_start = max(0, self._released - max(map(len, self._stop)))
-        hits = [i for s in self._stop if (i := self.text.find(s, window_start)) >= 0]
+        hits = [(i, s) for s in self._stop if (i := self.text.find(s, window_start)) >= 0]
         if not hits:
             return False
-        self.text = self.text[: min(hits)]
+        at, self.stop_word = min(hits, key=lambda hit: hit[0])
+        self.text = self.text[:at]
         return True
 
     def take_text(self) -> str:

@@ -237,6 +237,7 @@ class BatchScheduler:
                 return
             loop = slot.work.loop
             slot.kept, row = slot.target.reuse_prefix(loop.prompt, loop.reproducible)
+            loop.recorder.n_cached = slot.kept
             slot.pending = list(loop.prompt[slot.kept :]) if row is None else []
             if row is not None:  # the same prompt, read just before: its row was kept
                 self._emit(slot, loop.first(row))

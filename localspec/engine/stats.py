@@ -17,6 +17,7 @@ class Stats:
     """A snapshot of the running statistics (carried by every RoundEvent)."""
 
     n_prompt: int = 0
+    n_cached: int = 0  # prompt tokens whose cache was reused (not read again)
     n_tokens: int = 0  # emitted tokens
     drafted: int = 0
     accepted: int = 0
@@ -91,6 +92,7 @@ class StatsRecorder:
     """Mutable counters for the loop; ``snapshot()`` freezes them into ``Stats``."""
 
     n_prompt: int = 0
+    n_cached: int = 0
     n_tokens: int = 0
     drafted: int = 0
     accepted: int = 0
@@ -133,6 +135,7 @@ class StatsRecorder:
         prefilled = self.t_prefilled or now
         return Stats(
             n_prompt=self.n_prompt,
+            n_cached=self.n_cached,
             n_tokens=self.n_tokens,
             drafted=self.drafted,
             accepted=self.accepted,

@@ -1,6 +1,7 @@
 """The OpenAI-compatible API on Starlette: /v1/models, /v1/completions, /v1/chat/completions,
-/health, /metrics. Every response carries ``usage``, a ``speculative`` object and
-llama-server-compatible ``timings``; streaming puts them on the final chunk."""
+/health, /metrics (and Anthropic's /v1/messages, in ``anthropic_routes``). Every response
+carries ``usage``, a ``speculative`` object and llama-server-compatible ``timings``;
+streaming puts them on the final chunk."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from localspec.api import Engine, validate_sampling
+from localspec.api import Engine, Prompt, validate_sampling
+from localspec.engine.fim import FimPrompt
 from localspec.engine.grammar import schema_grammar
 from localspec.engine.loop import TokenLogprob
 from localspec.engine.scheduler import StepFigures
@@ -33,6 +35,10 @@ from localspec.engine.toolcalls import check_tools, chosen_tools, for_tools, for
 from localspec.errors import LocalspecError
 from localspec.memory_bank import DEFAULT_PARTITION, partition_for_key
 from localspec.modes import canonical
+from localspec.server.anthropic_routes import ENDPOINT as MESSAGES_PATH
+from localspec.server.anthropic_routes import AnthropicRoutes
+from localspec.server.anthropic_routes import error_response as anthropic_error
+from localspec.server.completion_routes import CompletionRoutes
 from localspec.server.guard import (
     OriginCORS,
     body_type_allowed,
@@ -42,6 +48,8 @@ from localspec.server.guard import (
 )
 from localspec.server.llama_routes import LlamaRoutes
 from localspec.server.metrics import ServerMetrics
+from localspec.server.ollama_routes import error_response as ollama_error
+from localspec.server.ollama_routes import ollama_routes
 from localspec.server.reply import DISCONNECT_POLL_S as POLL_S
 from localspec.server.reply import Reply, ShuttingDown
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
@@ -99,15 +107,16 @@ class Server:
         key, so that one user's earlier prompts never draft (nor time) another's answers."""
         if not self.settings.api_keys:
             return DEFAULT_PARTITION
-        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
-        for key in self.settings.api_keys:  # the scheme's name is case-insensitive (RFC 9110)
-            if scheme.lower() == "bearer" and secrets.compare_digest(
-                given.strip().encode(), key.encode()
-            ):
+        scheme, _, bearer = request.headers.get("authorization", "").strip().partition(" ")
+        # the scheme's name is case-insensitive (RFC 9110); Anthropic's clients send x-api-key
+        given = [bearer.strip()] if scheme.lower() == "bearer" else []
+        given += [request.headers["x-api-key"].strip()] if "x-api-key" in request.headers else []
+        for key in self.settings.api_keys:
+            if any(secrets.compare_digest(g.encode(), key.encode()) for g in given):
                 return partition_for_key(key)
         raise ApiError(
             401,
-            "invalid or missing API key (Authorization: Bearer KEY)",
+            "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)",
             "authentication_error",
             code="invalid_api_key",
         )
@@ -167,6 +176,8 @@ class Server:
             raise ApiError(400, "only n=1 is supported", param="n")
         limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         echoed = isinstance(req, CompletionRequest) and req.echo  # 0: the prompt alone
+        if echoed and req.suffix is not None:
+            raise ApiError(400, "echo cannot be combined with a suffix", param="echo")
         if req.token_limit is not None and req.token_limit < (0 if echoed else 1):
             least = ">= 0 (with echo)" if echoed else "> 0"
             raise ApiError(400, f"{limit} must be {least}", param=limit)
@@ -220,8 +231,14 @@ class Server:
         return {"tools": tools, "grammar": grammar}
 
     def generation_args(
-        self, req: CompletionRequest | ChatRequest, partition: str = DEFAULT_PARTITION
+        self,
+        req: CompletionRequest | ChatRequest,
+        partition: str = DEFAULT_PARTITION,
+        prompt: Prompt | None = None,
     ) -> dict[str, Any]:
+        """What ``Engine.stream`` is called with for this request (``prompt``: another
+        prompt than the request's own, e.g. a middle to fill), or a 400 saying what is
+        wrong."""
         over = req.speculative
         asked = over.mode if over and over.mode is not None else self.engine.mode
         try:
@@ -250,11 +267,8 @@ class Server:
                 raise ApiError(
                     400, exc.message.replace("--spec-draft-", "speculative."), param="speculative"
                 ) from None
-        prompt = (
-            req.text
-            if isinstance(req, CompletionRequest)
-            else [m.for_template() for m in req.messages]
-        )
+        if prompt is None:
+            prompt = prompt_of(req)
         constraints = self.constraints(req)
         try:
             validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
@@ -476,11 +490,26 @@ class Server:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+def prompt_of(req: CompletionRequest | ChatRequest) -> Prompt:
+    """The request's prompt: chat messages, text, or with a ``suffix`` a middle to fill."""
+    if isinstance(req, ChatRequest):
+        return [m.for_template() for m in req.messages]
+    if req.suffix is not None:
+        return FimPrompt.at_cursor(req.text, req.suffix)
+    return req.text
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own errors (an unknown path, a wrong method) in OpenAI's shape."""
+    """Starlette's own errors (an unknown path, a wrong method) in the shape of the API the
+    path belongs to: Anthropic's and Ollama's clients read their own."""
     assert isinstance(exc, HTTPException)
     what = f"{request.method} {request.url.path}: {exc.detail}"
-    return ApiError(exc.status_code, what, headers=exc.headers).response()
+    error = ApiError(exc.status_code, what, headers=exc.headers)
+    if request.url.path.startswith(MESSAGES_PATH):
+        return anthropic_error(error)
+    if request.url.path.startswith("/api/"):
+        return ollama_error(error)
+    return error.response()
 
 
 # the type names pydantic adds to an error's location (a union's member, a validator)
@@ -502,6 +531,8 @@ _TYPE_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|functio
 def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starlette:
     server = Server(engine, settings or ServerSettings())
     llama = LlamaRoutes(server)
+    completion = CompletionRoutes(server)
+    anthropic = AnthropicRoutes(server)
     app = Starlette(
         routes=[
             Route("/health", server.health),
@@ -510,10 +541,16 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
             Route("/v1/models/{model_id:path}", server.model),
             Route("/v1/completions", server.completions, methods=["POST"]),
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
+            Route("/v1/messages", anthropic.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
             Route("/tokenize", llama.tokenize, methods=["POST"]),
             Route("/detokenize", llama.detokenize, methods=["POST"]),
             Route("/apply-template", llama.apply_template, methods=["POST"]),
             Route("/props", llama.props),
+            *ollama_routes(server),
+            Route("/completion", completion.completion, methods=["POST"]),
+            Route("/completions", completion.completion, methods=["POST"]),
+            Route("/infill", completion.infill, methods=["POST"]),
         ],
         exception_handlers={HTTPException: http_error},
         middleware=[Middleware(OriginCORS, allowed=server.settings.allowed_origins)],

@@ -180,7 +180,7 @@ class CompletionRequest(_Common):
     echo: StrictBool = False
     logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     best_of: StrictInt = Field(default=1, ge=1, le=1)  # one answer per request, like n
-    suffix: StrictStr | None = None  # fill-in-the-middle: refused, not ignored
+    suffix: StrictStr | None = None  # fill-in-the-middle: the text after the cursor
 
     @field_validator("prompt")
     @classmethod
@@ -190,13 +190,6 @@ class CompletionRequest(_Common):
                 f"one prompt per request ({len(prompt)} given): send them one at a time"
             )
         return prompt
-
-    @field_validator("suffix")
-    @classmethod
-    def no_suffix(cls, suffix: str | None) -> str | None:
-        if suffix:
-            raise ValueError("fill-in-the-middle is not supported: send the prompt only")
-        return suffix
 
     @property
     def text(self) -> str:

@@ -57,7 +57,8 @@ def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
 def timings_block(stats: Stats) -> dict[str, Any]:
     """llama-server's ``timings`` object, with its field names."""
     return {
-        "prompt_n": stats.n_prompt,
+        "cache_n": stats.n_cached,  # read from the cache: prompt_n counts those read now
+        "prompt_n": stats.n_prompt - stats.n_cached,
         "prompt_ms": round(stats.prefill_ms, 3),
         "predicted_n": stats.n_tokens,
         "predicted_ms": round(stats.gen_ms, 3),

@@ -1,0 +1,332 @@
+"""`localspec bench MODEL --fim`: code completion as an editor asks for it (fill-in-the-middle,
+``localspec/prompts/fim.toml``), the time to the whole completion with plain decoding and
+with speculation, and with ``--native DIR`` llama-server's ``/infill`` on the same requests.
+
+The cursor of every case sits on an empty line, so llama-server's prompt and localspec's are
+the same tokens (``engine.fim``) and greedy answers can be compared. Each case is asked once
+to warm the cache (an editor asks again as you type), then ``--repeat`` times, localspec's
+two configurations alternating; llama-server runs after, one server per configuration."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from rich.table import Table
+
+from localspec import native_server as ns
+from localspec.commands.bench_output import parse_list, write_text
+from localspec.commands.flags import engine_options
+from localspec.engine.fim import ExtraFile, FimPrompt
+from localspec.errors import LocalspecError
+from localspec.hardware import machine_load
+from localspec.progress import report_console
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PLAIN, SPEC = "plain", "speculative"
+# typed word by word on the cursor's line of the first case, one request per word
+TYPED_LINE = (
+    '    orders = [Order(id=row["id"], customer_id=row["customer_id"], amount=row["amount"]) '
+    'for row in json.loads(path.read_text(encoding="utf-8")) if not row.get("deleted")]'
+)
+
+NATIVE_PLAIN, NATIVE_SPEC = "llama-server plain", "llama-server ngram-simple"
+
+
+@dataclass(frozen=True)
+class FimCase:
+    name: str
+    kind: str  # "copying" or "ordinary"
+    language: str
+    prompt: FimPrompt
+
+
+@dataclass
+class Timings:
+    """One configuration on one case: the seconds of each timed request, and its answer."""
+
+    seconds: list[float] = field(default_factory=list)
+    tokens: int = 0
+    text: str = ""
+    step_s: float = 0.0  # one decoding step after the first token (the warm-up's)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def fim_cases() -> list[FimCase]:
+    text = resources.files("localspec.prompts").joinpath("fim.toml").read_text("utf-8")
+    cases = []
+    for raw in tomllib.loads(text)["case"]:
+        extra = tuple(ExtraFile(e["text"], e["filename"]) for e in raw.get("extra", []))
+        prompt = FimPrompt(raw["prefix"], raw["suffix"], extra)
+        cases.append(FimCase(raw["name"], raw["kind"], raw["language"], prompt))
+    return cases
+
+
+def run_fim(args: argparse.Namespace) -> int:
+    from localspec.api import Engine
+    from localspec.modes import canonical
+
+    mode = check_args(args, canonical)
+    args.mode = mode  # the engine loads what this mode needs
+    cases = fim_cases()
+    console = report_console(stderr=True)
+    machine = machine_load()
+    console.print(machine.describe())
+    if args.native is not None:
+        ns.check_server(Path(args.native))
+    results: dict[str, dict[str, Timings]] = {c.name: {} for c in cases}
+    with Engine.load(**{**engine_options(args), "parallel": 1}) as engine:
+        for case in cases:
+            results[case.name] = {PLAIN: Timings(), SPEC: Timings()}
+            time_engine(engine, case, mode, args, results[case.name], console.print)
+        typing = keystrokes(engine, cases[0], mode, results[cases[0].name][PLAIN])
+        console.print(f"  keystrokes: first token {typing.describe()}")
+        if args.native is not None:
+            server = native_settings(args, engine)
+            for config, native_mode in ((NATIVE_PLAIN, "none"), (NATIVE_SPEC, mode)):
+                with ns.running_server(server, 1, native_mode) as url:
+                    for case in cases:
+                        got = results[case.name][config] = Timings()
+                        time_native(url, case, args, got)
+                        console.print(f"  {case.name:18} {config:26} {got.median:6.2f} s")
+        model = engine.target_path.name
+    header = (
+        f"localspec bench --fim: {model}, {mode}, up to {args.n_predict} tokens, T=0, "
+        f"{args.repeat} repeat(s), machine {'busy' if machine.busy else 'quiet'}"
+    )
+    report(args, header, cases, results, typing)
+    return 0
+
+
+def check_args(args: argparse.Namespace, canonical: Callable[[str], str]) -> str:
+    for flag, value in (("--concurrency", args.concurrency), ("--scenarios", args.scenarios)):
+        if value is not None:
+            raise LocalspecError(f"--fim and {flag} are two different benches", "run one")
+    if args.prompts is not None:
+        raise LocalspecError(
+            "--prompts does not apply to --fim (it brings its own completions)", "drop it"
+        )
+    modes = [m for m in parse_list(args.modes or "ngram-simple", "--modes", canonical)]
+    modes = [m for m in modes if m != "none"]
+    if len(modes) != 1:
+        raise LocalspecError("--modes with --fim: give the one speculative mode to measure")
+    return modes[0]
+
+
+def time_engine(engine, case: FimCase, mode: str, args, got, say) -> None:  # type: ignore[no-untyped-def]
+    """localspec plain and speculative on one case: a warm-up each, then alternating."""
+    configs = ((PLAIN, "none"), (SPEC, mode))
+    for repeat in range(args.repeat + 1):
+        for config, cell_mode in configs:
+            t0 = time.perf_counter()
+            result = engine.generate(
+                case.prompt, max_tokens=args.n_predict, temperature=0.0, mode=cell_mode
+            )
+            seconds = time.perf_counter() - t0
+            if repeat == 0:  # the warm-up: the answer, not the time
+                got[config].text, got[config].tokens = result.text, len(result.tokens)
+                steps = max(1, len(result.tokens) - 1)
+                got[config].step_s = result.stats.gen_ms / 1000 / steps
+                continue
+            got[config].seconds.append(seconds)
+    for config, _ in configs:
+        say(f"  {case.name:18} {config:26} {got[config].median:6.2f} s")
+
+
+@dataclass(frozen=True)
+class Keystrokes:
+    """Time to the first token of each request as a line is typed word by word (the first
+    request, which reads the whole prompt, left out), against one plain decoding step."""
+
+    first_token_s: list[float]
+    step_s: float
+    prompt_read: list[int]  # prompt tokens read by each request (the rest came from cache)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.first_token_s) / self.step_s
+
+    def describe(self) -> str:
+        return (
+            f"{1000 * statistics.median(self.first_token_s):.0f} ms after each word "
+            f"(median of {len(self.first_token_s)}; {self.ratio:.2f}x a {1000 * self.step_s:.0f} "
+            f"ms decoding step; prompt tokens read: {', '.join(map(str, self.prompt_read))})"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "first_token_s": [round(s, 4) for s in self.first_token_s],
+            "step_s": round(self.step_s, 4),
+            "ratio": round(self.ratio, 3),
+            "prompt_read": self.prompt_read,
+        }
+
+
+def keystrokes(engine, case: FimCase, mode: str, plain: Timings) -> Keystrokes:  # type: ignore[no-untyped-def]
+    """Type ``TYPED_LINE`` into ``case`` a word at a time, asking for the first token after
+    each word, as an editor does while you type."""
+    indent = len(TYPED_LINE) - len(TYPED_LINE.lstrip())
+    words = TYPED_LINE[indent:].split(" ")
+    typed = [TYPED_LINE[:indent] + " ".join(words[: i + 1]) for i in range(len(words))]
+    times, read = [], []
+    for i, text in enumerate(typed):
+        prompt = dataclasses.replace(case.prompt, typed=text)
+        t0 = time.perf_counter()
+        result = engine.generate(prompt, max_tokens=1, temperature=0.0, mode=mode)
+        if i:  # the first request reads the whole prompt
+            times.append(time.perf_counter() - t0)
+            read.append(result.stats.n_prompt - result.stats.n_cached)
+    return Keystrokes(times, plain.step_s, read)
+
+
+def time_native(url: str, case: FimCase, args: argparse.Namespace, got: Timings) -> None:
+    body = infill_body(case.prompt, args.n_predict)
+    for repeat in range(args.repeat + 1):
+        t0 = time.perf_counter()
+        reply = post_json(f"{url}/infill", body)
+        seconds = time.perf_counter() - t0
+        if repeat == 0:
+            got.text, got.tokens = reply.get("content", ""), int(reply.get("tokens_predicted", 0))
+        else:
+            got.seconds.append(seconds)
+
+
+def infill_body(prompt: FimPrompt, n_predict: int) -> dict[str, object]:
+    """llama.vim's request, greedy (``prompt``: the cursor's empty line)."""
+    return {
+        "input_prefix": prompt.prefix,
+        "input_suffix": prompt.suffix,
+        "input_extra": [{"filename": e.filename, "text": e.text} for e in prompt.extra],
+        "prompt": prompt.typed,
+        "n_predict": n_predict,
+        "temperature": 0,
+        "cache_prompt": True,
+        "stream": False,
+    }
+
+
+def post_json(url: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=ns.REQUEST_TIMEOUT_S) as answer:
+            return dict(json.loads(answer.read()))
+    except OSError as exc:
+        raise LocalspecError(f"{ns.SERVER} did not answer /infill: {exc}") from None
+
+
+def native_settings(args: argparse.Namespace, engine) -> ns.ServerSettings:  # type: ignore[no-untyped-def]
+    from localspec.hardware import default_threads
+
+    options = engine_options(args)
+    return ns.ServerSettings(
+        Path(args.native),
+        engine.target_path,
+        None,
+        engine.target.options.n_threads or default_threads(),
+        options["n_ctx"],
+        options["spec"].n_max,
+        engine.target.flash_attn,
+    )
+
+
+# ----- the report --------------------------------------------------------------------------
+
+
+def ratios(cases: Sequence[FimCase], results: dict[str, dict[str, Timings]]) -> dict[str, float]:
+    """Per case: how much faster localspec's speculation finishes than the better of
+    llama-server's configurations (absent without --native)."""
+    out = {}
+    for case in cases:
+        got = results[case.name]
+        native = [got[c].median for c in (NATIVE_PLAIN, NATIVE_SPEC) if c in got]
+        if native:
+            out[case.name] = min(native) / got[SPEC].median
+    return out
+
+
+def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # type: ignore[no-untyped-def]
+    configs = [c for c in (PLAIN, SPEC, NATIVE_PLAIN, NATIVE_SPEC) if c in results[cases[0].name]]
+    table = Table(title=header)
+    for col in ("case", "kind", "tokens", *[f"{c} s" for c in configs], "vs plain", "vs native"):
+        table.add_column(col)
+    versus = ratios(cases, results)
+    for case in cases:
+        got = results[case.name]
+        table.add_row(
+            case.name,
+            case.kind,
+            str(got[SPEC].tokens),
+            *[spread(got[c].seconds) for c in configs],
+            f"{got[PLAIN].median / got[SPEC].median:.2f}x",
+            f"{versus[case.name]:.2f}x" if case.name in versus else "-",
+        )
+    console = report_console()
+    console.print(table)
+    lines = [*summary(cases, results, versus), f"keystrokes: first token {typing.describe()}"]
+    for line in lines:
+        console.print(f"  {line}")
+    if args.json:
+        data = {
+            "header": header,
+            "cases": {
+                c.name: {
+                    "kind": c.kind,
+                    **{
+                        k: {"seconds": [round(s, 4) for s in t.seconds], "tokens": t.tokens}
+                        for k, t in results[c.name].items()
+                    },
+                    "same_answer_as_native": same_answers(results[c.name]),
+                }
+                for c in cases
+            },
+            "keystrokes": typing.to_dict(),
+            "summary": lines,
+        }
+        write_text(args.json, json.dumps(data, indent=2))
+
+
+def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def]
+    lines = []
+    for kind in ("copying", "ordinary"):
+        mine = [c for c in cases if c.kind == kind]
+        plain = [results[c.name][PLAIN].median / results[c.name][SPEC].median for c in mine]
+        mean = statistics.geometric_mean(plain)
+        line = f"{kind}: speculation vs plain, geometric mean {mean:.2f}x"
+        native = [versus[c.name] for c in mine if c.name in versus]
+        if native:
+            line += (
+                f"; vs the better llama-server, geometric mean "
+                f"{statistics.geometric_mean(native):.2f}x, lowest {min(native):.2f}x"
+            )
+        lines.append(line)
+    differing = [c.name for c in cases if same_answers(results[c.name]) is False]
+    if differing:
+        lines.append(f"answers differing from llama-server's (near ties?): {', '.join(differing)}")
+    return lines
+
+
+def same_answers(got: dict[str, Timings]) -> bool | None:
+    native = [got[c].text for c in (NATIVE_PLAIN, NATIVE_SPEC) if c in got]
+    return None if not native else all(t == got[SPEC].text for t in native)
+
+
+def spread(seconds: Sequence[float]) -> str:
+    return f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f})"

@@ -1,0 +1,250 @@
+"""Fill-in-the-middle: the prompt a code model completes between a prefix and a suffix, made
+from the model's own FIM tokens, and where the middle it writes should end.
+
+Layout (the repository-level pattern that Qwen2.5-Coder and llama.cpp's ``/infill`` use)::
+
+    [FIM_REP]myproject\\n [FIM_SEP]name\\n text ... [FIM_SEP]filename\\n   (other files)
+    [FIM_PRE] prefix [FIM_SUF] suffix [FIM_MID] typed
+
+``typed`` is the text of the cursor's line before the cursor. It goes after the middle
+token, as the start of the middle the model writes, rather than at the end of the prefix
+(where llama-server puts it): while someone types on one line only ``typed`` changes, so the
+cached prefix, suffix and other files stay valid and a keystroke re-reads a few tokens, not
+the whole suffix. The model sees the same text either way, in its own order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from localspec.errors import LocalspecError
+
+# the names llama-server's /infill gives the repository and the file being edited: the same
+# request then reads the same tokens here and there
+PROJECT_NAME = "myproject"
+CURRENT_FILE = "filename"
+# a line of the suffix shorter than this (``}``, ``end``, ``)``) is too common to say that
+# the middle has rejoined the suffix: the next lines are compared with it
+DISTINCT_CHARS = 12
+ANCHOR_LINES = 3
+
+
+class FimVocab(Protocol):
+    """What making a FIM prompt needs of a model (``ModelContext``)."""
+
+    @property
+    def fim_tokens(self) -> dict[str, int]: ...
+
+    def tokenize(
+        self, text: str, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class ExtraFile:
+    """Another file's text the completion may draw on (llama.vim's ``input_extra``)."""
+
+    text: str
+    filename: str = "tmp"
+
+
+@dataclass(frozen=True)
+class FimPrompt:
+    """What to fill: the text before the cursor (``prefix`` then ``typed``, the cursor's
+    line so far), the text after it, and other files for context."""
+
+    prefix: str
+    suffix: str
+    extra: Sequence[ExtraFile] = field(default_factory=tuple)
+    typed: str = ""
+
+    @classmethod
+    def at_cursor(cls, before: str, after: str, extra: Sequence[ExtraFile] = ()) -> FimPrompt:
+        """A prompt from the whole text before the cursor (OpenAI's ``prompt`` with a
+        ``suffix``, Ollama's ``/api/generate``): its last line is what is being typed."""
+        cut = before.rfind("\n") + 1
+        return cls(before[:cut], after, tuple(extra), before[cut:])
+
+
+REQUIRED = ("pre", "suf", "mid")
+
+
+def missing_fim_tokens(vocab: FimVocab) -> list[str]:
+    return [name for name in REQUIRED if vocab.fim_tokens.get(name, -1) < 0]
+
+
+def check_fim(vocab: FimVocab, model_name: str) -> None:
+    missing = missing_fim_tokens(vocab)
+    if missing:
+        names = ", ".join(f"FIM {m.upper()}" for m in missing)
+        raise LocalspecError(
+            f"{model_name} cannot fill in the middle: its vocabulary has no {names} token",
+            "use a code model trained for it (Qwen2.5-Coder, CodeLlama, StarCoder...)",
+        )
+
+
+def fim_tokens(vocab: FimVocab, fim: FimPrompt, model_name: str = "the model") -> list[int]:
+    """The prompt's tokens. Texts are tokenized as text: a file holding ``<|fim_middle|>``
+    does not open a middle of its own."""
+    check_fim(vocab, model_name)
+    ids = vocab.fim_tokens
+
+    def text(s: str) -> list[int]:
+        return vocab.tokenize(s, add_special=False, parse_special=False) if s else []
+
+    # the BOS token where the model wants one (what the tokenizer adds to nothing)
+    tokens = vocab.tokenize("", add_special=True, parse_special=False)
+    tokens += _repository(vocab, fim.extra, text)
+    tokens += [ids["pre"], *text(fim.prefix), ids["suf"], *text(fim.suffix), ids["mid"]]
+    return tokens + text(fim.typed)
+
+
+def _repository(vocab: FimVocab, extra: Sequence[ExtraFile], text) -> list[int]:  # type: ignore[no-untyped-def]
+    """Other files before the one being edited: the repository pattern where the model has
+    its tokens (always, as llama-server writes it), else each file after a plain-text
+    separator."""
+    ids = vocab.fim_tokens
+    tokens: list[int] = []
+    if ids.get("rep", -1) >= 0:
+        tokens += [ids["rep"], *text(f"{PROJECT_NAME}\n")]
+    sep = ids.get("sep", -1)
+    for file in extra:
+        head = [sep, *text(f"{file.filename}\n")] if sep >= 0 else text("\n\n--- snippet ---\n\n")
+        tokens += head + text(file.text)
+    if sep >= 0:  # the file being edited comes last, unnamed
+        tokens += [sep, *text(f"{CURRENT_FILE}\n")]
+    return tokens
+
+
+@dataclass
+class MiddleEnd:
+    """Where the middle ends, checked as it is written (llama-server's ``/infill`` rules
+    and one of its own):
+
+    - ``n_indent``: a new line indented less than this ends it, before that line (the
+      completion left the block being written);
+    - ``time_limit_s``: past this time since the first token, it ends at the next new line;
+    - the suffix: whole lines that repeat the suffix's first distinctive lines mean the model
+      has rejoined it; the middle ends before them (and before the blank lines the suffix
+      already starts with).
+
+    ``feed`` takes the text as it comes and returns what may be sent now: text that a rule
+    might still cut is held back until it is decided. The first line is never cut."""
+
+    suffix: str = ""
+    n_indent: int = 0
+    time_limit_s: float | None = None
+    text: str = ""  # everything kept so far
+    sent: int = 0  # how much of ``text`` was released
+    ended: bool = False  # a rule ended the middle (llama-server's stop type "limit")
+    _anchor: list[str] = field(default_factory=list)
+    _lead: str = ""
+
+    def __post_init__(self) -> None:
+        self._anchor, self._lead = suffix_anchor(self.suffix)
+
+    def feed(self, piece: str, elapsed_s: float = 0.0) -> str:
+        """``piece``, written ``elapsed_s`` after the first token: what can be sent now."""
+        if self.ended:
+            return ""
+        self.text += piece
+        self._apply_rules()
+        late = self.time_limit_s is not None and elapsed_s > self.time_limit_s
+        if late and "\n" in piece:
+            self.ended = True
+        return self._release(final=self.ended)
+
+    def finish(self) -> str:
+        """The generation ended by itself: everything still held back."""
+        return self._release(final=True)
+
+    def _apply_rules(self) -> None:
+        lines = self.text.split("\n")
+        for i in range(1, len(lines)):
+            line, whole = lines[i], i < len(lines) - 1
+            if self.n_indent and line.strip() and _indent(line) < self.n_indent:
+                return self._cut(lines, i)
+            if whole and self._rejoins(lines, i):
+                return self._cut(lines, i, drop_lead=True)
+
+    def _rejoins(self, lines: list[str], i: int) -> bool:
+        """Whole lines from ``i`` on repeat the anchor (blank lines between them aside)."""
+        if not self._anchor or lines[i].strip() != self._anchor[0]:
+            return False
+        whole = [line.strip() for line in lines[i:-1] if line.strip()]
+        return whole[: len(self._anchor)] == self._anchor
+
+    def _cut(self, lines: list[str], i: int, drop_lead: bool = False) -> None:
+        kept = "\n".join(lines[:i]) + "\n"
+        if drop_lead and self._lead and (kept + _indent_of(lines[i])).endswith(self._lead):
+            kept = (kept + _indent_of(lines[i]))[: -len(self._lead)]
+        self.text = kept if len(kept) >= self.sent else self.text[: self.sent]
+        self.ended = True
+
+    def _release(self, final: bool) -> str:
+        end = len(self.text) if final else self._undecided_from()
+        out = self.text[self.sent : end]
+        self.sent = max(self.sent, end)
+        return out
+
+    def _undecided_from(self) -> int:
+        """Where the text a rule may still cut begins: a last line whose indentation is not
+        known yet, and lines that may be the start of the suffix's anchor (with the new
+        line before them, which a rejoined suffix's own blank lines would take away)."""
+        lines = self.text.split("\n")
+        last = len(lines) - 1
+        hold = last + 1
+        if self.n_indent and last >= 1 and not lines[last].strip():
+            hold = last
+        if self._anchor:
+            k = last
+            while k >= 1 and self._may_begin_anchor(lines[k:]):
+                k -= 1
+            hold = min(hold, k + 1)
+        if hold > last:
+            return len(self.text)
+        start = sum(len(line) + 1 for line in lines[:hold])
+        return start - 1  # the new line before it too
+
+    def _may_begin_anchor(self, tail: list[str]) -> bool:
+        """Whether these lines (the last one being written) may be the anchor's start."""
+        *whole_lines, current = tail
+        whole = [line.strip() for line in whole_lines if line.strip()]
+        if whole != self._anchor[: len(whole)]:
+            return False
+        written = current.strip()
+        return not written or (
+            len(whole) < len(self._anchor) and self._anchor[len(whole)].startswith(written)
+        )
+
+
+def suffix_anchor(suffix: str) -> tuple[list[str], str]:
+    """The suffix's first distinctive whole lines (stripped), and the text of the suffix
+    before them that starts with a new line (what a middle rejoining it writes first)."""
+    first_break = suffix.find("\n")
+    if first_break < 0:
+        return [], ""
+    anchor: list[str] = []
+    lead_end = None
+    offset = first_break + 1
+    for line in suffix[first_break + 1 :].split("\n"):
+        if line.strip():
+            if lead_end is None:
+                lead_end = offset + len(line) - len(line.lstrip())
+            anchor.append(line.strip())
+            if sum(len(a) for a in anchor) >= DISTINCT_CHARS or len(anchor) == ANCHOR_LINES:
+                break
+        offset += len(line) + 1
+    if not anchor or sum(len(a) for a in anchor) < DISTINCT_CHARS:
+        return [], ""
+    lead = suffix[first_break:lead_end]
+    return anchor, lead
+
+
+def _indent(line: str) -> int:
+    return len(_indent_of(line))
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]

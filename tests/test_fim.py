@@ -1,0 +1,285 @@
+"""Fill-in-the-middle: the prompt made from the model's FIM tokens, where a middle ends, and
+llama-server's /infill and /completion plus OpenAI's ``suffix`` over real HTTP on the real
+Qwen2.5-Coder-0.5B (which has FIM tokens), shaped as llama.vim and Tabby send them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from localspec import Engine, ExtraFile, FimPrompt
+from localspec.engine.fim import MiddleEnd, fim_tokens, suffix_anchor
+from localspec.errors import LocalspecError
+from localspec.lossless import compare
+from localspec.server.app import ServerSettings
+from tests.test_server import LiveServer, post
+
+# ----- where a middle ends (pure) -----------------------------------------------------------
+
+FIB_SUFFIX = "\n\nprint(fibonacci(10))\n"
+FIB_MIDDLE = " <= 1:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+
+
+def fed(end: MiddleEnd, text: str, sizes: list[int]) -> str:
+    """``text`` fed in pieces of these sizes (then one piece each), and what came out."""
+    out, at = "", 0
+    for size in sizes:
+        if end.ended or at >= len(text):
+            break
+        out += end.feed(text[at : at + size])
+        at += size
+    while not end.ended and at < len(text):
+        out += end.feed(text[at])
+        at += 1
+    return out + end.finish()
+
+
+def test_a_middle_that_rejoins_the_suffix_ends_before_it() -> None:
+    end = MiddleEnd(FIB_SUFFIX)
+    out = fed(end, FIB_MIDDLE + "\nprint(fibonacci(10))\n# more\n", [3])
+    assert end.ended and out == FIB_MIDDLE.rstrip("\n")  # the suffix's own blank line dropped
+    assert suffix_anchor(FIB_SUFFIX) == (["print(fibonacci(10))"], "\n\n")
+
+
+def test_a_common_short_line_is_not_taken_for_the_suffix() -> None:
+    """``}`` alone is everywhere: the anchor takes lines until it is distinctive."""
+    anchor, _ = suffix_anchor("\n}\n}\n\nint main() {\n")
+    assert anchor == ["}", "}", "int main() {"]
+    end = MiddleEnd("\n}\n}\n\nint main() {\n")
+    body = "    x += 1;\n  }\n}\n"  # closes like the suffix, then goes on differently
+    assert fed(end, body + "void other() {\n", [5]) == body + "void other() {\n"
+    assert not end.ended
+
+
+def test_a_line_indented_less_than_n_indent_ends_the_middle() -> None:
+    end = MiddleEnd(n_indent=4)
+    out = fed(end, "x = 1\n    y = 2\n\ndef other():\n    pass\n", [2])
+    assert end.ended and out == "x = 1\n    y = 2\n\n"
+
+
+def test_past_the_time_limit_the_middle_ends_at_a_new_line() -> None:
+    end = MiddleEnd(time_limit_s=0.5)
+    assert end.feed("a = 1", 0.1) == "a = 1"
+    assert end.feed(" + 2", 0.6) == " + 2" and not end.ended  # no new line yet
+    assert end.feed("\n", 0.7) == "\n" and end.ended
+    assert end.feed("b = 3\n", 0.8) == ""
+
+
+@given(
+    st.lists(st.integers(1, 7), max_size=40),
+    st.sampled_from([FIB_MIDDLE + "\nprint(fibonacci(10))\nx\n", "a\n  b\nc\n", "q\n\n\npr"]),
+    st.integers(0, 4),
+)
+def test_what_comes_out_does_not_depend_on_how_the_text_is_cut(
+    sizes: list[int], text: str, n_indent: int
+) -> None:
+    """Streamed in any pieces, the middle is the same as fed one character at a time, and
+    nothing sent is ever taken back."""
+    one_by_one = fed(MiddleEnd(FIB_SUFFIX, n_indent), text, [])
+    assert fed(MiddleEnd(FIB_SUFFIX, n_indent), text, sizes) == one_by_one
+    assert text.startswith(one_by_one) or one_by_one == FIB_MIDDLE.rstrip("\n")
+
+
+# ----- the prompt ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(qwen_path: Path) -> Iterator[Engine]:
+    with Engine.load(qwen_path, mode="ngram-simple", n_ctx=2048, parallel=2) as engine:
+        yield engine
+
+
+def test_the_prompt_puts_other_files_first_and_what_is_typed_after_the_middle_token(
+    engine: Engine,
+) -> None:
+    target = engine.target
+    fim = FimPrompt("def f():\n", "\nf()\n", (ExtraFile("X = 1\n", "a.py"),), "    return")
+    text = b"".join(target.piece(t) for t in fim_tokens(target, fim)).decode()
+    repository = "<|repo_name|>myproject\n<|file_sep|>a.py\nX = 1\n<|file_sep|>filename\n"
+    assert text.startswith(repository)
+    assert text.endswith("<|fim_prefix|>def f():\n<|fim_suffix|>\nf()\n<|fim_middle|>    return")
+    # a file holding a FIM token's text does not open a middle of its own
+    tricky = fim_tokens(target, FimPrompt("a<|fim_middle|>", "b"))
+    assert tricky.count(target.fim_tokens["mid"]) == 1
+    assert FimPrompt.at_cursor("x = 1\ny = ", "\nz") == FimPrompt("x = 1\n", "\nz", (), "y = ")
+
+
+def test_a_model_without_fim_tokens_is_refused_with_a_clear_error(smollm_path: Path) -> None:
+    with (
+        Engine.load(smollm_path, n_ctx=512) as small,
+        pytest.raises(LocalspecError, match="cannot fill in the middle"),
+    ):
+        small.generate(FimPrompt("def f(", "):"), max_tokens=4)
+
+
+# ----- over HTTP ----------------------------------------------------------------------------
+
+HELPERS = """def parse_point(text):
+    x, y = text.split(",")
+    return Point(float(x), float(y))
+
+
+def parse_size(text):
+    w, h = text.split("x")
+    return Size(float(w), float(h))
+"""
+PREFIX = "from geometry import Point, Size, Rect\n\n\ndef parse_rect(text):\n"
+SUFFIX = "\n\n\ndef area(rect):\n    return rect.size.w * rect.size.h\n"
+
+
+def vim_request(typed: str = "    x", **changes: object) -> dict[str, object]:
+    """An /infill request as llama.vim sends it."""
+    body: dict[str, object] = {
+        "input_prefix": PREFIX,
+        "input_suffix": SUFFIX,
+        "input_extra": [{"filename": "parsing.py", "text": HELPERS}],
+        "prompt": typed,
+        "n_predict": 64,
+        "n_indent": 4,
+        "top_k": 40,
+        "top_p": 0.99,
+        "temperature": 0,
+        "stream": False,
+        "samplers": ["top_k", "top_p", "infill"],
+        "cache_prompt": True,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 3000,
+        "return_tokens": True,
+    }
+    return {**body, **changes}
+
+
+@pytest.fixture(scope="module")
+def base(engine: Engine) -> Iterator[str]:
+    with LiveServer(engine, ServerSettings()) as url:
+        yield url
+
+
+def test_infill_fills_the_gap_as_plain_decoding_would(base: str, engine: Engine) -> None:
+    r = post(base, "/infill", vim_request())
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["stop"] is True and got["stop_type"] in ("eos", "limit")
+    assert got["content"].strip() and "def area" not in got["content"]
+    fim = FimPrompt(PREFIX, SUFFIX, (ExtraFile(HELPERS, "parsing.py"),), "    x")
+    plain = engine.generate(fim, max_tokens=64, mode="none", record_margins=True)
+    report = compare(plain.tokens, plain.margins, got["tokens"], plain.runners_up)
+    assert report.identical or report.near_tie, report
+    assert got["timings"]["predicted_n"] == got["tokens_predicted"] == len(got["tokens"])
+
+
+def test_keystrokes_reread_only_what_was_typed(base: str) -> None:
+    """llama.vim after each word: the prefix, the suffix and the other files stay cached
+    (``n_predict: 0`` warms the cache first, as llama.vim does)."""
+    warm = post(base, "/infill", vim_request(n_predict=0))
+    assert warm.status_code == 200, warm.text
+    assert warm.json()["content"] == "" and warm.json()["tokens_predicted"] == 0
+    for typed in ("    x, y,", "    x, y, w,", "    x, y, w, h = "):
+        got = post(base, "/infill", vim_request(typed, n_predict=8)).json()
+        timings = got["timings"]
+        assert timings["prompt_n"] <= 8, timings
+        assert timings["cache_n"] == got["tokens_evaluated"] - timings["prompt_n"] > 80
+
+
+def test_response_fields_pick_what_llama_vim_reads(base: str) -> None:
+    fields = ["content", "timings/prompt_n", "timings/predicted_per_second", "tokens_cached"]
+    got = post(base, "/infill", vim_request(n_predict=4, response_fields=fields)).json()
+    assert set(got) == set(fields)
+
+
+def test_completion_streams_llama_server_events_without_done(base: str) -> None:
+    """``/completion`` as Tabby and Continue's llama.cpp provider call it."""
+    body = {"prompt": "def add(a, b):\n", "n_predict": 24, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{base}/completion", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    assert all(line.startswith("data: ") for line in lines) and "[DONE]" not in lines[-1]
+    assert [e["stop"] for e in events] == [False] * (len(events) - 1) + [True]
+    last = events[-1]
+    assert last["stop_type"] in ("eos", "limit") and last["timings"]["predicted_n"] > 0
+    whole = post(base, "/completion", {**body, "stream": False}).json()
+    assert "".join(e["content"] for e in events) == whole["content"]
+    cut = post(base, "/completion", {**body, "stream": False, "stop": [whole["content"][4:8]]})
+    assert cut.json()["stop_type"] == "word"
+    assert cut.json()["stopping_word"] == whole["content"][4:8]
+
+
+def test_openai_suffix_is_the_same_middle(base: str) -> None:
+    """OpenAI-style editors: ``prompt`` is all the text before the cursor, ``suffix`` after."""
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+    before = "def greet(name):\n    "
+    after = "\n\ngreet('Ada')\n"
+    got = client.completions.create(
+        model="m", prompt=before, suffix=after, max_tokens=24, temperature=0
+    )
+    infill = post(
+        base,
+        "/infill",
+        {"input_prefix": "def greet(name):\n", "input_suffix": after, "prompt": "    "}
+        | {"n_predict": 24, "temperature": 0},
+    ).json()
+    assert got.choices[0].text.startswith(infill["content"].rstrip())
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "needle"),
+    [
+        ("/infill", {"input_prefix": "a"}, "input_suffix"),
+        ("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": "x"}, "input_extra"),
+        ("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{}]}, "text"),
+        ("/infill", {"input_prefix": "", "input_suffix": "", "repeat_penalty": 1.1}, "penalty"),
+        ("/completion", {"prompt": ""}, "prompt is empty"),
+        ("/completion", {"prompt": "x", "n_predict": -3}, "n_predict"),
+        ("/completion", {"prompt": "x", "ignore_eos": True}, "ignore_eos"),
+        ("/completion", {"prompt": "x", "json_schema": {"type": "nope"}}, "json_schema"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(base: str, path: str, body: dict, needle: str) -> None:  # type: ignore[type-arg]
+    r = post(base, path, body)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+# ----- the bench ----------------------------------------------------------------------------
+
+
+def test_the_fim_cases_are_editor_requests_with_the_cursor_on_an_empty_line() -> None:
+    from localspec.commands.bench_fim import fim_cases
+
+    cases = fim_cases()
+    assert {c.kind for c in cases} == {"copying", "ordinary"}
+    assert all(c.prompt.typed == "" and c.prompt.prefix.endswith("\n") for c in cases)
+
+
+def test_the_fim_bench_refuses_what_does_not_apply(capsys) -> None:  # type: ignore[no-untyped-def]
+    from localspec.cli import main
+
+    for extra, expected in [
+        (["--concurrency", "1,2"], "--fim and --concurrency"),
+        (["--prompts", "code"], "--prompts does not apply to --fim"),
+        (["--modes", "none"], "give the one speculative mode"),
+    ]:
+        code = main(["bench", "/nope/model.gguf", "--fim", *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and expected in err and "Traceback" not in err, (extra, err)
+
+
+def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -> None:
+    from localspec.cli import main
+
+    out = tmp_path / "fim.json"
+    code = main(["bench", str(qwen_path), "--fim", "-n", "4", "--repeat", "1", "--json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert len(data["cases"]) == 6 and len(data["summary"]) == 3
+    assert len(data["keystrokes"]["first_token_s"]) >= 4
+    for case in data["cases"].values():
+        assert len(case["plain"]["seconds"]) == len(case["speculative"]["seconds"]) == 1
