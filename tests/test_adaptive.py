@@ -8,6 +8,7 @@ import pytest
 from localspec.drafters.chain import ChainController, ChainedDrafter
 from localspec.engine import adaptive
 from localspec.engine.adaptive import (
+    SETTLED_SAMPLES,
     SHADOW_STREAK,
     AdaptiveController,
     FixedLengthController,
@@ -190,8 +191,67 @@ def test_a_draft_that_must_catch_up_checks_only_in_the_answer_opening() -> None:
 def test_hopeless_drafter_stops_checking() -> None:
     ctl = controller(4)
     lengths = drive(ctl, CPU, lambda k: k, 20, draft_per_token=2.0 * STEP)  # slower than a step
-    assert lengths == [-1] + [0] * 19  # even right guesses cannot make drafting pay
+    # even right guesses cannot make drafting pay: said once its cost is measured thrice
+    assert lengths == [-1] * SETTLED_SAMPLES + [0] * (20 - SETTLED_SAMPLES)
     assert ctl.hopeless and not ctl.shadow_length() and ctl.next_draft_length() == 0
+
+
+# the 1.5B target on this machine: a five-row verify costs three and a half steps
+STEEP_SIZES = np.array([1, 2, 3, 5, 9, 17, 49])
+STEEP = VerifyCost(STEEP_SIZES, np.array([0.0357, 0.0595, 0.0797, 0.123, 0.251, 0.307, 0.8]))
+
+
+def speed_over_plain(lengths: list[int], kept: Callable[[int], int], cost: VerifyCost) -> float:
+    step = float(cost(np.array([1]))[0])
+    tokens = sum(1 if k <= 0 else kept(k) + 1 for k in lengths)
+    seconds = sum(step if k <= 0 else float(cost(np.array([k + 1]))[0]) for k in lengths)
+    return tokens / seconds * step
+
+
+def test_streaks_that_never_verify_back_off_and_stay_near_plain_speed() -> None:
+    """Code on a compute-bound target: a lookup's guesses run three tokens right, again and
+    again, and every verified draft loses its first token. Each streak used to resume (and
+    lose three steps): 0.62x plain. A losing resume doubles what the next one needs."""
+    ctl = AdaptiveController(16, VerifyCost(STEEP_SIZES, STEEP.seconds.copy()))
+
+    def accept(k: int) -> int:
+        return min(k, 3) if ctl.paused else 0  # guesses while paused, verified drafts else
+
+    lengths = drive(ctl, STEEP, accept, 300)
+    assert sum(k > 0 for k in lengths) <= 4
+    assert speed_over_plain(lengths, lambda k: 0, STEEP) >= 0.98
+
+
+def test_a_draft_that_pays_clears_the_back_off() -> None:
+    ctl = AdaptiveController(16, VerifyCost(STEEP_SIZES, STEEP.seconds.copy()))
+    verified: list[int] = []
+
+    def accept(k: int) -> int:
+        if ctl.paused:
+            return min(k, 3)
+        verified.append(k)
+        return 0 if len(verified) <= 2 else k  # two losing drafts, then the text copies
+
+    lengths = drive(ctl, STEEP, accept, 300)
+    assert max(lengths) == 16 and not ctl.paused  # copying at full length again
+
+
+def test_one_stalled_measurement_does_not_make_a_drafter_hopeless() -> None:
+    """The desktop stalls the draft model's first guess for a second: its cost is the
+    median of what it measured since, not that one second."""
+    ctl = controller(16, SMALL_CPU)
+    timings = [1.0]  # the stalled one, then what a draft token really costs
+
+    def observe_guess(right: bool) -> None:
+        draft_s = timings.pop() if timings else 0.05 * STEP
+        ctl.observe(0, 0, draft_s, STEP)
+        ctl.observe_shadow(ShadowCheck(float(right), draft_s))
+
+    observe_guess(True)
+    assert not ctl.hopeless  # one measurement is no verdict
+    for _ in range(SHADOW_STREAK):
+        observe_guess(True)
+    assert not ctl.hopeless and ctl.next_draft_length() > 0
 
 
 def test_a_rejected_draft_does_not_end_the_opening() -> None:

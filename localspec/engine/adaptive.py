@@ -45,6 +45,7 @@ The Engine keeps one controller per mode across generations: measured costs carr
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,9 +70,17 @@ MARGIN = 0.05  # predicted gain a draft length needs over plain decoding to be c
 # resuming whenever they overshoot makes speculation flap, losing a round each time
 RESUME_MARGIN = 0.15
 RESUME_LENGTH = 4  # speculation resumes this short: a guess is evidence about one token
+# A lookup's verified draft that lost time (fewer tokens kept than its batch costs in plain
+# steps) and paused speculation doubles what the next resume needs: twice the streak, twice
+# the margin (a compute-bound target, where a four-token verify costs three steps, would
+# otherwise resume on every short streak of code and lose each time; free guesses make such
+# streaks cheap to find). A draft that pays clears it.
+MAX_BACKOFF = 4
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop drafting and checking for this answer.
 HOPELESS_BELOW = 1.05
+DRAFT_COST_SAMPLES = 5  # recent draft timings whose median is the draft's cost
+SETTLED_SAMPLES = 3  # timings before a drafter may be judged hopeless by its cost
 # A lookup draft whose key matched at least this many tokens (llama.cpp's ngram-simple key) is
 # evidence by itself: copied text, or text the answer repeats. It is verified at once, paused
 # or not, at the length its own acceptance estimates choose, which start from STRONG_PRIOR
@@ -178,6 +187,32 @@ class KeyLengthOdds:
         return (self.hits[key] + KEY_PRIOR_TRIES * overall) / (self.tries[key] + KEY_PRIOR_TRIES)
 
 
+class DraftCost:
+    """What a drafted token costs: the median of the last DRAFT_COST_SAMPLES measurements.
+    A desktop's other work stalls a measurement now and then (a second, where a draft token
+    costs milliseconds); one such sample must not make drafting look hopeless, nor a mean
+    carry it for dozens of rounds."""
+
+    def __init__(self) -> None:
+        self.samples: deque[float] = deque(maxlen=DRAFT_COST_SAMPLES)
+
+    def record(self, per_token: float) -> None:
+        self.samples.append(per_token)
+
+    @property
+    def seen(self) -> bool:
+        return bool(self.samples)
+
+    @property
+    def settled(self) -> bool:
+        """Measured often enough that a median outvotes one stalled measurement."""
+        return len(self.samples) >= SETTLED_SAMPLES
+
+    @property
+    def per_token(self) -> float:
+        return float(np.median(self.samples)) if self.samples else 0.0
+
+
 class FixedLengthController:
     """Drafts ``n_max`` tokens every round, never pauses, never checks (``--no-adaptive``;
     the grammar-forced drafter, whose drafts are dictated and free)."""
@@ -227,9 +262,8 @@ class AdaptiveController:
         self._declined = False  # fit declined a weak draft: its first token is checked instead
         self._strong_cap = n_max  # how long the next strong draft may be (see fit)
         self._resume_depth = 0  # how deep into a guess the next verified draft starts
-        self._draft_per_token = 0.0
+        self._draft_cost = DraftCost()
         self._catch_up: float | None = None
-        self._draft_seen = False
         self._guess_length = 1  # tokens per shadow guess (see shadow_length)
         self._resume = min(RESUME_LENGTH, n_max)
         self.draft_length = self._resume
@@ -252,6 +286,7 @@ class AdaptiveController:
         self._declined = False
         self._strong_cap = self.n_max
         self._resume_depth = 0
+        self._backoff = 0  # doublings of what a resume needs (MAX_BACKOFF)
         self.draft_length = self._resume
         self.paused = True
         # re-learnt each answer (a guess or two): one slow first measurement must not
@@ -281,7 +316,7 @@ class AdaptiveController:
         """How many tokens to ask the drafter for: a drafter whose drafts cost nothing (a
         lookup) is always asked for a whole draft, so that a strong match is seen (paused
         or not); ``fit`` then says how much of it is verified."""
-        if not self.hopeless and self._draft_seen and self._drafts_cost_nothing():
+        if not self.hopeless and self._draft_cost.seen and self._drafts_cost_nothing():
             return self.n_max
         return self.next_draft_length()
 
@@ -333,9 +368,9 @@ class AdaptiveController:
 
     def _shadow_spacing(self) -> int:
         """Plain steps per shadow check, so that checks cost at most SHADOW_BUDGET."""
-        if not self._draft_seen:
+        if not self._draft_cost.seen:
             return 1
-        spacing = np.ceil(self._draft_per_token / self._budget_s())
+        spacing = np.ceil(self._draft_cost.per_token / self._budget_s())
         return int(np.clip(spacing, 1, MAX_SHADOW_SPACING))
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
@@ -356,9 +391,14 @@ class AdaptiveController:
         if depth == 0:
             self._key_odds.record(self._round_key, float(n_accepted > 0))
         best = self._best_length()
+        paid = self._paid(n_drafted, n_accepted)
+        if paid:
+            self._backoff = 0
         if best == 0:
             self.hopeless = self._is_hopeless(self._perfect_gains())
             self._misses += n_accepted < n_drafted  # a draft kept whole is no miss
+            if not paid and self._drafts_cost_nothing():
+                self._backoff = min(self._backoff + 1, MAX_BACKOFF)
             self._pause()
         else:
             # grow to at most about twice what was just accepted: deep positions borrow
@@ -398,8 +438,9 @@ class AdaptiveController:
         # mid-round, a draft would start deeper in the guessed continuation: it is judged
         # by the acceptance there (which copies reach far, which prose breaks off early)
         depth = 0 if check.last else position + 1
-        best = 0 if self.hopeless else self._best_length(RESUME_MARGIN, depth)
-        streak = self._streak >= SHADOW_STREAK
+        backoff = 2**self._backoff
+        best = 0 if self.hopeless else self._best_length(RESUME_MARGIN * backoff, depth)
+        streak = self._streak >= SHADOW_STREAK * backoff
         if best == 0 and streak and gains[self._resume] > 1 + MARGIN:
             best = self._resume  # a short draft kept whole would pay
         if best > 0:  # resume short, and let the verified rounds grow the draft
@@ -431,13 +472,21 @@ class AdaptiveController:
 
     def _drafts_cost_nothing(self) -> bool:
         """A drafted token costs under SHADOW_BUDGET of a step (a lookup)."""
-        return self._draft_per_token < self._budget_s()
+        return self._draft_cost.per_token < self._budget_s()
 
     def _size_guesses(self, n_guessed: int, draft_s: float) -> None:
         if draft_s < self._budget_s():
             self._guess_length = min(2 * n_guessed, self.n_max)
         else:
             self._guess_length = max(n_guessed // 2, 1)
+
+    def _paid(self, n_drafted: int, n_accepted: int) -> bool:
+        """Whether a verified draft kept at least as many tokens as its batch (and drafting)
+        cost in plain steps, by the cost curve."""
+        assert self.cost is not None
+        costs = self.cost(np.array([1, n_drafted + 1]))
+        spent = costs[1] + self._draft_cost.per_token * n_drafted
+        return n_accepted + 1 >= spent / costs[0]
 
     def _pause(self) -> None:
         self.pauses += 1
@@ -446,10 +495,7 @@ class AdaptiveController:
         self._streak = 0
 
     def _record_draft_cost(self, n_drafted: int, draft_s: float) -> None:
-        per_token = draft_s / n_drafted
-        if not self._draft_seen:
-            self._draft_per_token, self._draft_seen = per_token, True
-        self._draft_per_token = DECAY * self._draft_per_token + (1 - DECAY) * per_token
+        self._draft_cost.record(draft_s / n_drafted)
 
     def verification_odds(self, draft: Draft) -> np.ndarray | None:
         """The acceptance estimates ``fit`` judged ``draft`` by (a strong match's own), for
@@ -467,7 +513,7 @@ class AdaptiveController:
         assert self.cost is not None
         k = np.arange(self.n_max + 1)
         expected = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(acceptance[: self.n_max]))])
-        return expected / (self.cost(k + 1) + self._draft_per_token * k)
+        return expected / (self.cost(k + 1) + self._draft_cost.per_token * k)
 
     def _perfect_gains(self) -> np.ndarray:
         """Speedup over plain decoding of each draft length k = 0..n_max if kept whole (on a
@@ -477,7 +523,10 @@ class AdaptiveController:
         return speed / speed[0]
 
     def _is_hopeless(self, gains: np.ndarray) -> bool:
-        """Even drafts accepted in full could not beat plain decoding by HOPELESS_BELOW."""
+        """Even drafts accepted in full could not beat plain decoding by HOPELESS_BELOW,
+        by what drafting was measured to cost more than once (a stall is no verdict)."""
+        if not self._draft_cost.settled:
+            return False
         return float(gains[max(self.n_min, 1) :].max()) < HOPELESS_BELOW
 
     def _resume_length(self, gains: np.ndarray) -> int:

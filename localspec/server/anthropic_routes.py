@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -28,7 +28,7 @@ from localspec.engine.toolcalls import ToolCall, ToolFormat, check_tools, for_to
 from localspec.errors import LocalspecError
 from localspec.server.reply import Reply, ReplyHost, ShuttingDown, stop_when_gone
 from localspec.server.runner import GenerationStream
-from localspec.server.schemas import ChatRequest, Number
+from localspec.server.schemas import ChatRequest, LenientBody, Number
 from localspec.server.shapes import ApiError
 from localspec.server.tool_stream import ToolCallStream
 
@@ -110,10 +110,8 @@ class AnthropicMessage(BaseModel):
     content: StrictStr | list[dict[str, Any]]
 
 
-class CountTokensRequest(BaseModel):
+class CountTokensRequest(LenientBody):
     """What ``count_tokens`` takes: the prompt's part of a Messages request."""
-
-    model_config = ConfigDict(extra="ignore")
 
     model: StrictStr | None = None  # informational only, as on the OpenAI routes
     messages: list[AnthropicMessage] = Field(min_length=1)
@@ -121,13 +119,6 @@ class CountTokensRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     speculative: Any = None  # localspec's own override, checked as on the OpenAI routes
-
-    @model_validator(mode="before")
-    @classmethod
-    def null_means_default(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
 
 
 class MessagesRequest(CountTokensRequest):

@@ -163,6 +163,8 @@ class Server:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"] if not _TYPE_TAG.match(str(p)))
             if first["type"] == "model_type":  # a list, a string, null...
+                if param:  # a nested object: ``"options": "hot"``
+                    raise ApiError(400, f"{param}: must be a JSON object", param=param) from None
                 raise ApiError(400, "the request body must be a JSON object") from None
             # a validator's own message, without pydantic's "Value error, " before it
             message = first["msg"].removeprefix("Value error, ")

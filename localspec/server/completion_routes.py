@@ -35,7 +35,12 @@ from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.errors import GenerationCancelled, LocalspecError
 from localspec.server.reply import ShuttingDown, generation_error, stop_when_gone
-from localspec.server.schemas import CompletionRequest, Number, SpeculativeOverride
+from localspec.server.schemas import (
+    CompletionRequest,
+    LenientBody,
+    Number,
+    SpeculativeOverride,
+)
 from localspec.server.shapes import ApiError, speculative_block, timings_block
 
 if TYPE_CHECKING:
@@ -71,10 +76,8 @@ class ExtraChunk(BaseModel):
     filename: StrictStr = "tmp"
 
 
-class LlamaCompletionBody(BaseModel):
+class LlamaCompletionBody(LenientBody):
     """``/completion``'s body (llama-server's fields; unknown ones ignored, as it does)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     prompt: StrictStr | list[StrictStr] = ""
     n_predict: StrictInt = Field(default=-1, ge=-2)
@@ -97,13 +100,6 @@ class LlamaCompletionBody(BaseModel):
     return_tokens: StrictBool = False
     response_fields: list[StrictStr] | None = None
     speculative: SpeculativeOverride | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def null_means_default(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
 
     @model_validator(mode="after")
     def refuse_what_is_not_honoured(self) -> LlamaCompletionBody:

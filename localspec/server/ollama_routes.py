@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -29,15 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -51,7 +42,7 @@ from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_f
 from localspec.errors import GenerationCancelled, LocalspecError
 from localspec.server.reply import ShuttingDown, generation_error, stop_when_gone
 from localspec.server.runner import GenerationStream
-from localspec.server.schemas import ChatRequest, CompletionRequest, Number
+from localspec.server.schemas import ChatRequest, CompletionRequest, LenientBody, Number
 from localspec.server.shapes import ApiError, speculative_block
 from localspec.server.tool_stream import ToolCallStream
 
@@ -112,6 +103,8 @@ class OllamaHost(Protocol):
 
     async def read_json(self, request: Request) -> Any: ...
 
+    def parse_body(self, model: type[BaseModel], data: Any) -> Any: ...
+
     def parse(self, model: type[ChatRequest] | type[CompletionRequest], data: Any) -> Any: ...
 
     def generation_args(
@@ -131,19 +124,7 @@ class OllamaHost(Protocol):
 # ----- request bodies -------------------------------------------------------------------------
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    @model_validator(mode="before")
-    @classmethod
-    def null_means_default(cls, data: Any) -> Any:
-        """Clients send ``null`` for what they leave unset."""
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
-
-
-class Options(_Body):
+class Options(LenientBody):
     """Ollama's ``options``: those not declared here (``num_ctx``, ``num_gpu``, ``num_thread``,
     ``repeat_last_n``, ``penalize_newline``...) are about loading or only matter with a
     penalty, and are ignored."""
@@ -163,7 +144,7 @@ class Options(_Body):
     typical_p: Number | None = None
 
 
-class _GenerationBody(_Body):
+class _GenerationBody(LenientBody):
     model: StrictStr = ""
     stream: StrictBool = True  # Ollama's default
     format: StrictStr | dict[str, Any] | None = None
@@ -175,7 +156,7 @@ class _GenerationBody(_Body):
     speculative: dict[str, Any] | None = None  # localspec's per-request override
 
 
-class OllamaMessage(_Body):
+class OllamaMessage(LenientBody):
     role: StrictStr
     content: StrictStr = ""
     images: list[Any] | None = None
@@ -198,30 +179,10 @@ class GenerateBody(_GenerationBody):
     raw: StrictBool = False
 
 
-class ShowBody(_Body):
+class ShowBody(LenientBody):
     model: StrictStr = ""
     name: StrictStr = ""  # what older clients send
     verbose: Any = None
-
-
-def parse_body(model: type[_Body], data: Any) -> Any:
-    """The body as ``model``, or a 400 naming the first field that is wrong (a nested
-    object of the wrong type too: ``"options": "hot"``)."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-    # pydantic's location names a union's member too (``temperature.float``): left out
-    where = ".".join(str(p) for p in first["loc"] if not TYPE_TAG.match(str(p)))
-    if not where:
-        raise ApiError(400, "the request body must be a JSON object") from None
-    if first["type"] == "model_type":
-        raise ApiError(400, f"{where}: must be a JSON object", param=where) from None
-    message = first["msg"].removeprefix("Value error, ")
-    raise ApiError(400, f"{where}: {message}", param=where) from None
-
-
-TYPE_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-.*)$")
 
 
 @dataclass(frozen=True)
@@ -254,7 +215,7 @@ class OllamaRoutes:
         arrived = time.perf_counter_ns()
         try:
             partition = self.server.check_caller(request)
-            req = parse_body(body, await self.server.read_json(request))
+            req = self.server.parse_body(body, await self.server.read_json(request))
             name = self.served_name(req.model)
             refuse_unsupported(req)
             translation = self.chat_request(req) if endpoint == CHAT else self.generate_request(req)
@@ -400,7 +361,7 @@ class OllamaRoutes:
     async def show(self, request: Request) -> Response:
         try:
             self.server.check_caller(request)
-            req = parse_body(ShowBody, await self.server.read_json(request))
+            req = self.server.parse_body(ShowBody, await self.server.read_json(request))
             self.served_name(req.model or req.name)
         except ApiError as exc:
             return error_response(exc)

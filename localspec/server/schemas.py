@@ -127,9 +127,22 @@ def _call_for_template(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": function}
 
 
-class _Common(BaseModel):
+class LenientBody(BaseModel):
+    """A request body as API clients send it: unknown fields ignored, and ``null`` for any
+    optional field meaning its default (``"temperature": null``), as OpenAI's, Anthropic's,
+    Ollama's and llama-server's APIs take it."""
+
     model_config = ConfigDict(extra="ignore")
 
+    @model_validator(mode="before")
+    @classmethod
+    def null_means_default(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class _Common(LenientBody):
     model: StrictStr | None = None  # informational only: no model is ever loaded per request
     max_tokens: StrictInt | None = None
     max_completion_tokens: StrictInt | None = None  # OpenAI's newer name; wins when both
@@ -146,15 +159,6 @@ class _Common(BaseModel):
     presence_penalty: Number = 0.0
     logit_bias: dict[str, Number] | None = None
     speculative: SpeculativeOverride | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def null_means_default(cls, data: Any) -> Any:
-        """OpenAI's API takes ``null`` for any optional field (``"temperature": null``: the
-        default), and clients send it so."""
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
 
     def stops(self) -> list[str]:
         if self.stop is None:

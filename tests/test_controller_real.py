@@ -1,0 +1,44 @@
+"""The adaptive controller on the real F16 target and its Q4_0 draft (every draft of a code
+edit acceptable): what a desktop's other work does to its measurements must not stop it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from localspec import Engine
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.engine.drafting import Draft
+from localspec.prompts import builtin_prompts
+
+STALL_S = 1.0  # another program takes the cores for a second
+
+
+def code_edit() -> list[dict[str, str]]:
+    return next(p for p in builtin_prompts() if p.kind == "code-edit").messages
+
+
+@pytest.mark.slow
+def test_a_stall_in_the_first_draft_does_not_freeze_speculation(
+    qwen_cpu_pair: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The draft model's first guess is stalled (as when the desktop runs something else
+    for a second): measured alone, it says drafting costs a second a token, which no draft
+    could pay. The controller must not believe one measurement: the answer still drafts."""
+    real = DraftModelDrafter.propose
+    stalled: list[DraftModelDrafter] = []
+
+    def propose(self: DraftModelDrafter, context: Sequence[int], n_max: int) -> Draft:
+        if n_max > 0 and self not in stalled:
+            stalled.append(self)
+            time.sleep(STALL_S)
+        return real(self, context, n_max)
+
+    monkeypatch.setattr(DraftModelDrafter, "propose", propose)
+    result = qwen_cpu_pair.generate(
+        code_edit(), max_tokens=96, temperature=0.0, mode="draft-model"
+    )
+    assert stalled, "the stall was not injected"
+    assert result.stats.accepted > 0, result.stats
