@@ -254,6 +254,19 @@ def test_one_stalled_measurement_does_not_make_a_drafter_hopeless() -> None:
     assert not ctl.hopeless and ctl.next_draft_length() > 0
 
 
+def test_an_opening_of_right_guesses_always_ends_in_a_verified_draft() -> None:
+    """A draft model on a CPU, every guess right, but a cost curve measured while the desktop
+    was busy says a short draft kept whole would not pay. No check follows the opening (the
+    draft would first have to catch up): its last check verifies a draft rather than leave
+    the answer plain on the curve's word, and the verified rounds show drafting pays."""
+    pessimistic = VerifyCost(SIZES, np.array([0.020, 0.055, 0.085, 0.13, 0.2, 0.35, 0.5]))
+    ctl = controller(16, pessimistic)
+    ctl.note_catch_up(0.1 * STEP)
+    lengths = drive(ctl, SMALL_CPU, lambda k: k, 40, 0.1 * STEP)
+    assert lengths[:5] == [-1] * 5  # the opening's checks
+    assert max(lengths) > 0 and not ctl.paused
+
+
 def test_a_rejected_draft_does_not_end_the_opening() -> None:
     # a draft model on a CPU (catching up is expensive, so no checks after the opening):
     # its first draft is rejected (a file's first line is not a copy yet), then it copies;

@@ -28,6 +28,10 @@ checks every step; a neural drafter checks while its own cost stays within SHADO
 the time, or, when it would first have to catch its cache up with a paused stretch (a draft
 model on a CPU), only in the answer's opening, until its second miss (it is in step with
 the answer there: it has drafted or guessed at every step).
+An opening of right guesses always ends in a verified draft when no check can follow it:
+the cost model that would keep the answer plain was measured once, maybe on a busy machine,
+and one verified round measures what it only predicts. Nor is a drafter hopeless on one
+stalled timing (its cost is the median of its last timings) or on an unconfirmed cost curve.
 Speculation resumes when the model predicts a gain for a draft starting where the check
 stands (mid-round: that deep into the guessed continuation, judged by the acceptance
 measured at that depth), or after SHADOW_STREAK right guesses in a row (text being copied,
@@ -268,6 +272,7 @@ class AdaptiveController:
         self._resume = min(RESUME_LENGTH, n_max)
         self.draft_length = self._resume
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
+        self._curve_confirmed = False  # a verified draft has measured a batch's real cost
         self.paused = False
         self.start()
 
@@ -366,6 +371,14 @@ class AdaptiveController:
             return False  # it would first have to catch up with the paused stretch
         return self._since_shadow + 1 >= self._shadow_spacing()
 
+    def _last_check(self) -> bool:
+        """The answer's opening ends with this check, and no other will follow (catching up
+        costs the drafter too much): right guesses all along are then verified once rather
+        than left unused for the rest of the answer on a cost model's word. The verified
+        round measures what the model only predicted, and the answer drafts or pauses on
+        that evidence."""
+        return self.shadow_checks >= OPENING_CHECKS and not self._catch_up_is_cheap()
+
     def _shadow_spacing(self) -> int:
         """Plain steps per shadow check, so that checks cost at most SHADOW_BUDGET."""
         if not self._draft_cost.seen:
@@ -380,6 +393,7 @@ class AdaptiveController:
         if not n_drafted:
             return  # a plain round (or a lookup that found nothing): nothing to decide
         self._record_draft_cost(n_drafted, draft_s)
+        self._curve_confirmed = True
         if self._strong_round:  # judged on its own evidence: the pause state stands
             self._strong.record_round(n_drafted, n_accepted)
             # as verified drafts grow (see below): deep positions borrow their estimates,
@@ -441,7 +455,7 @@ class AdaptiveController:
         backoff = 2**self._backoff
         best = 0 if self.hopeless else self._best_length(RESUME_MARGIN * backoff, depth)
         streak = self._streak >= SHADOW_STREAK * backoff
-        if best == 0 and streak and gains[self._resume] > 1 + MARGIN:
+        if best == 0 and streak and (gains[self._resume] > 1 + MARGIN or self._last_check()):
             best = self._resume  # a short draft kept whole would pay
         if best > 0:  # resume short, and let the verified rounds grow the draft
             self.paused, self.draft_length = False, min(best, self._resume_length(gains))
@@ -523,11 +537,23 @@ class AdaptiveController:
         return speed / speed[0]
 
     def _is_hopeless(self, gains: np.ndarray) -> bool:
-        """Even drafts accepted in full could not beat plain decoding by HOPELESS_BELOW,
-        by what drafting was measured to cost more than once (a stall is no verdict)."""
+        """Even drafts accepted in full could not beat plain decoding by HOPELESS_BELOW, by
+        what drafting was measured to cost more than once (a stall is no verdict). Until a
+        verified draft has confirmed the verify cost curve (measured once, maybe while the
+        machine was busy), only the drafter's own cost can say so: even free verification
+        would not pay for it."""
         if not self._draft_cost.settled:
             return False
+        if not self._curve_confirmed:
+            gains = self._free_verification_gains()
         return float(gains[max(self.n_min, 1) :].max()) < HOPELESS_BELOW
+
+    def _free_verification_gains(self) -> np.ndarray:
+        """Speedup of each draft length kept whole if a verify batch cost one step."""
+        assert self.cost is not None
+        step = float(self.cost(np.array([1]))[0])
+        k = np.arange(self.n_max + 1)
+        return (k + 1) * step / (step + self._draft_cost.per_token * k)
 
     def _resume_length(self, gains: np.ndarray) -> int:
         """RESUME_LENGTH, or the shortest draft that would pay if kept whole when that is
