@@ -16,7 +16,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
@@ -26,6 +26,7 @@ from localspec.engine.loop import RoundEvent
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, check_tools, for_tools
 from localspec.errors import LocalspecError
+from localspec.server.host import RouteHost
 from localspec.server.reply import Reply, ReplyHost, ShuttingDown, stop_when_gone
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, LenientBody, Number
@@ -33,7 +34,6 @@ from localspec.server.shapes import ApiError
 from localspec.server.tool_stream import ToolCallStream
 
 if TYPE_CHECKING:
-    from localspec.api import Engine
     from localspec.engine.settings import GenerationSettings
 
 log = logging.getLogger("localspec.server")
@@ -53,27 +53,6 @@ TEXT_ONLY = ("image", "document", "search_result")
 # the reasoning of an earlier answer, which agents send back: left out of the prompt, as
 # Claude's earlier turns' thinking is
 DROPPED_BLOCKS = ("thinking", "redacted_thinking")
-
-
-class MessagesHost(ReplyHost, Protocol):
-    """What these routes use of the server (``app.Server``): its guards, its request
-    parsing and checks, its queue, and what a reply needs."""
-
-    engine: Engine
-    model_id: str
-    tool_format: ToolFormat
-
-    def check_caller(self, request: Request) -> str: ...
-
-    async def read_json(self, request: Request) -> Any: ...
-
-    def parse_body(self, model: type[BaseModel], data: Any) -> Any: ...
-
-    def parse(self, model: type[ChatRequest], data: Any) -> Any: ...
-
-    def generation_args(self, req: ChatRequest, partition: str) -> dict[str, Any]: ...
-
-    async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream: ...
 
 
 # ----- errors ---------------------------------------------------------------------------------
@@ -572,7 +551,7 @@ class MessageReply:
 
 
 class AnthropicRoutes:
-    def __init__(self, server: MessagesHost) -> None:
+    def __init__(self, server: RouteHost) -> None:
         self.server = server
 
     async def _request(self, request: Request, model: type[CountTokensRequest]) -> tuple[str, Any]:

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -33,8 +33,9 @@ from localspec.engine.grammar import schema_grammar
 from localspec.engine.loop import RoundEvent
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
-from localspec.errors import GenerationCancelled, LocalspecError
-from localspec.server.reply import ShuttingDown, generation_error, stop_when_gone
+from localspec.errors import LocalspecError
+from localspec.server.host import RouteHost
+from localspec.server.reply import ShuttingDown, generation_failed, stop_when_gone
 from localspec.server.schemas import (
     CompletionRequest,
     LenientBody,
@@ -44,30 +45,9 @@ from localspec.server.schemas import (
 from localspec.server.shapes import ApiError, speculative_block, timings_block
 
 if TYPE_CHECKING:
-    from localspec.api import Engine, Prompt
     from localspec.server.runner import GenerationStream
 
 UNLIMITED = (-1, -2)  # llama-server's n_predict for "until the end or the context is full"
-
-
-class CompletionHost(Protocol):
-    """What these routes use of the server (``app.Server``)."""
-
-    engine: Engine
-    model_id: str
-
-    def check_caller(self, request: Request) -> str: ...
-    async def read_json(self, request: Request) -> Any: ...
-    def parse_body(self, model: type[BaseModel], data: Any) -> Any: ...
-    def parse(self, model: type[CompletionRequest], data: Any) -> Any: ...
-    def generation_args(
-        self, req: CompletionRequest, partition: str, prompt: Prompt | None = None
-    ) -> dict[str, Any]: ...
-    async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream: ...
-    def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None: ...
-    def ended(self, endpoint: str, status: int) -> None: ...
-    @property
-    def stopping(self) -> bool: ...
 
 
 class ExtraChunk(BaseModel):
@@ -140,7 +120,7 @@ class InfillBody(LlamaCompletionBody):
 
 
 class CompletionRoutes:
-    def __init__(self, server: CompletionHost) -> None:
+    def __init__(self, server: RouteHost) -> None:
         self.server = server
 
     async def completion(self, request: Request) -> Response:
@@ -217,7 +197,7 @@ class LlamaReply:
 
     def __init__(
         self,
-        server: CompletionHost,
+        server: RouteHost,
         body: LlamaCompletionBody,
         mode: str,
         endpoint: str,
@@ -386,14 +366,7 @@ class LlamaReply:
         )
 
     def failed(self, exc: LocalspecError) -> ApiError:
-        if isinstance(exc, GenerationCancelled) and not self.server.stopping:
-            error = ApiError(499, "client closed the request")
-        elif self.server.stopping:
-            error = generation_error(ShuttingDown(), self.endpoint)
-        else:
-            error = generation_error(exc, f"{self.endpoint} {self.mode}")
-        self.server.ended(self.endpoint, error.status)
-        return error
+        return generation_failed(self.server, self.endpoint, self.mode, exc)
 
 
 def data(payload: dict[str, Any]) -> str:

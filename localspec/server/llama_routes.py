@@ -7,7 +7,7 @@ every other endpoint uses."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
@@ -17,24 +17,12 @@ from localspec import __version__
 from localspec.engine.prompting import render_chat
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
+from localspec.server.host import RouteHost
 from localspec.server.schemas import Message
 from localspec.server.shapes import ApiError
 
 if TYPE_CHECKING:
-    from localspec.api import Engine
-
-
-class GuardedServer(Protocol):
-    """What these routes use of the server (``app.Server``): its guards and body parsing."""
-
-    engine: Engine
-    model_id: str
-
-    def check_caller(self, request: Request) -> str: ...
-
-    async def read_json(self, request: Request) -> Any: ...
-
-    def parse_body(self, model: type[BaseModel], data: Any) -> Any: ...
+    pass
 
 
 class TokenizeRequest(BaseModel):
@@ -57,7 +45,7 @@ class ApplyTemplateRequest(BaseModel):
 
 
 class LlamaRoutes:
-    def __init__(self, server: GuardedServer) -> None:
+    def __init__(self, server: RouteHost) -> None:
         self.server = server
         self.engine = server.engine
 

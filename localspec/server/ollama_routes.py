@@ -21,14 +21,14 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, StrictBool, StrictInt, StrictStr
+from pydantic import StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -39,15 +39,16 @@ from localspec.engine.loop import RoundEvent
 from localspec.engine.model_context import runs_on_cpu
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_for
-from localspec.errors import GenerationCancelled, LocalspecError
-from localspec.server.reply import ShuttingDown, generation_error, stop_when_gone
+from localspec.errors import LocalspecError
+from localspec.server.host import RouteHost
+from localspec.server.reply import ShuttingDown, client_gone, generation_failed, stop_when_gone
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest, LenientBody, Number
 from localspec.server.shapes import ApiError, speculative_block
 from localspec.server.tool_stream import ToolCallStream
 
 if TYPE_CHECKING:
-    from localspec.api import Engine
+    pass
 
 log = logging.getLogger("localspec.server")
 
@@ -83,42 +84,6 @@ OLLAMA_NAMES = {
     "max_tokens": "options.num_predict",
     "response_format": "format",
 }
-
-
-class ServedNames(Protocol):
-    @property
-    def model_names(self) -> tuple[str, ...]: ...
-
-
-class OllamaHost(Protocol):
-    """What these routes use of the server (``app.Server``): its guards, its request checks
-    and its queue; and what their replies report to it."""
-
-    engine: Engine
-    model_id: str
-    settings: ServedNames
-    tool_format: ToolFormat
-
-    def check_caller(self, request: Request) -> str: ...
-
-    async def read_json(self, request: Request) -> Any: ...
-
-    def parse_body(self, model: type[BaseModel], data: Any) -> Any: ...
-
-    def parse(self, model: type[ChatRequest] | type[CompletionRequest], data: Any) -> Any: ...
-
-    def generation_args(
-        self, req: ChatRequest | CompletionRequest, partition: str
-    ) -> dict[str, Any]: ...
-
-    def start(self, request: Request, args: dict[str, Any]) -> Awaitable[GenerationStream]: ...
-
-    def finished(self, endpoint: str, mode: str, stats: Stats, reason: str) -> None: ...
-
-    def ended(self, endpoint: str, status: int) -> None: ...
-
-    @property
-    def stopping(self) -> bool: ...
 
 
 # ----- request bodies -------------------------------------------------------------------------
@@ -197,7 +162,7 @@ class Translation:
 
 
 class OllamaRoutes:
-    def __init__(self, server: OllamaHost) -> None:
+    def __init__(self, server: RouteHost) -> None:
         self.server = server
         self.engine = server.engine
 
@@ -602,7 +567,7 @@ class OllamaReply:
 
     def __init__(
         self,
-        server: OllamaHost,
+        server: RouteHost,
         endpoint: str,
         mode: str,
         model: str,
@@ -709,27 +674,17 @@ class OllamaReply:
                 self.gone()
 
     def failed(self, exc: LocalspecError) -> ApiError:
-        """The error of a generation that raised, counted in the metrics."""
-        if isinstance(exc, GenerationCancelled) and not self.server.stopping:
-            error = ApiError(499, "client closed the request")
-        elif isinstance(exc, GenerationCancelled):  # stopped before its first token
-            error = generation_error(ShuttingDown(), f"{self.endpoint} {self.mode}")
-        else:
-            error = generation_error(exc, f"{self.endpoint} {self.mode}")
-        self.server.ended(self.endpoint, error.status)
-        return error
+        return generation_failed(self.server, self.endpoint, self.mode, exc)
 
     def gone(self) -> None:
-        """The client left while its answer was being generated: the generation was stopped."""
-        log.info("%s %s: client went away, generation stopped", self.endpoint, self.mode)
-        self.server.ended(self.endpoint, 499)
+        client_gone(self.server, self.endpoint, self.mode)
 
 
 def line(payload: dict[str, Any]) -> str:
     return json.dumps(payload) + "\n"
 
 
-def ollama_routes(server: OllamaHost) -> list[Route]:
+def ollama_routes(server: RouteHost) -> list[Route]:
     """The Ollama API's routes, for ``create_app``."""
     ollama = OllamaRoutes(server)
     return [

@@ -276,21 +276,30 @@ class Reply:
         yield "data: [DONE]\n\n"
 
     def failed(self, exc: LocalspecError) -> ApiError:
-        """The API error of a generation that raised, counted in the metrics."""
-        if isinstance(exc, GenerationCancelled) and not self.server.stopping:
-            log.info("%s %s: client went away before the first token", self.endpoint, self.mode)
-            error = ApiError(499, "client closed the request")
-        elif isinstance(exc, GenerationCancelled):  # stopped before its first token
-            error = generation_error(ShuttingDown(), f"{self.endpoint} {self.mode}")
-        else:
-            error = generation_error(exc, f"{self.endpoint} {self.mode}")
-        self.server.ended(self.endpoint, error.status)
-        return error
+        return generation_failed(self.server, self.endpoint, self.mode, exc)
 
     def gone(self) -> None:
-        """The client left while its answer was being generated: the generation was stopped."""
-        log.info("%s %s: client went away, generation stopped", self.endpoint, self.mode)
-        self.server.ended(self.endpoint, 499)
+        client_gone(self.server, self.endpoint, self.mode)
+
+
+def generation_failed(server: ReplyHost, endpoint: str, mode: str, exc: LocalspecError) -> ApiError:
+    """The API error of a generation that raised, counted in the metrics (every API's
+    replies share it, each writing the error in its own shape)."""
+    if isinstance(exc, GenerationCancelled) and not server.stopping:
+        log.info("%s %s: client went away before the first token", endpoint, mode)
+        error = ApiError(499, "client closed the request")
+    elif isinstance(exc, GenerationCancelled):  # stopped before its first token
+        error = generation_error(ShuttingDown(), f"{endpoint} {mode}")
+    else:
+        error = generation_error(exc, f"{endpoint} {mode}")
+    server.ended(endpoint, error.status)
+    return error
+
+
+def client_gone(server: ReplyHost, endpoint: str, mode: str) -> None:
+    """The client left while its answer was being generated: the generation was stopped."""
+    log.info("%s %s: client went away, generation stopped", endpoint, mode)
+    server.ended(endpoint, 499)
 
 
 def generation_error(exc: LocalspecError, where: str) -> ApiError:
