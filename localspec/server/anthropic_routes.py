@@ -31,7 +31,7 @@ from localspec.server.reply import Reply, ReplyHost, ShuttingDown, stop_when_gon
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, LenientBody, Number
 from localspec.server.shapes import ApiError
-from localspec.server.tool_stream import ToolCallStream
+from localspec.server.tool_stream import ToolCallStream, text_and_calls
 
 if TYPE_CHECKING:
     from localspec.engine.settings import GenerationSettings
@@ -485,18 +485,6 @@ class MessageReply:
         payload = {"type": "message_start", "message": {**message, "usage": usage}}
         return sse_event("message_start", payload)
 
-    @staticmethod
-    def split(event: RoundEvent, tools: ToolCallStream | None) -> tuple[str, list[ToolCall]]:
-        """An event's text to show, less what may belong to a tool call, and the calls it
-        completed (at the end, whatever was held back)."""
-        if tools is None:
-            return event.text, []
-        content, calls = tools.feed(event.text)
-        if event.finish_reason is not None:
-            rest, more = tools.finish()
-            content, calls = content + rest, calls + more
-        return content, calls
-
     def closing(self, stats: Stats, stop: tuple[str, str | None]) -> Iterator[str]:
         delta = {"stop_reason": stop[0], "stop_sequence": stop[1]}
         usage = {"output_tokens": stats.n_tokens, "input_tokens": stats.n_prompt}
@@ -514,7 +502,7 @@ class MessageReply:
             yield sse_event("ping", {"type": "ping"})
             async for event in events:
                 last = event
-                text, calls = self.split(event, tools)
+                text, calls = text_and_calls(tools, event.text, event.finish_reason is not None)
                 for chunk in blocks.text(text):
                     yield chunk
                 for call in calls:

@@ -35,7 +35,6 @@ from starlette.routing import Route
 
 from localspec.derivation.gguf_info import gguf_info, read_header
 from localspec.engine.fim import missing_fim_tokens
-from localspec.engine.loop import RoundEvent
 from localspec.engine.model_context import runs_on_cpu
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_for
@@ -45,7 +44,7 @@ from localspec.server.reply import ShuttingDown, client_gone, generation_failed,
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest, LenientBody, Number
 from localspec.server.shapes import ApiError, speculative_block
-from localspec.server.tool_stream import ToolCallStream
+from localspec.server.tool_stream import ToolCallStream, text_and_calls
 
 if TYPE_CHECKING:
     pass
@@ -634,24 +633,13 @@ class OllamaReply:
 
     # ----- a stream -----------------------------------------------------------------------
 
-    def split(self, event: RoundEvent, tools: ToolCallStream | None) -> tuple[str, list[ToolCall]]:
-        """An event's text to send, less what may belong to a tool call, and the calls it
-        completed (at the end, whatever was held back)."""
-        if tools is None:
-            return event.text, []
-        content, calls = tools.feed(event.text)
-        if event.finish_reason is not None:
-            rest, more = tools.finish()
-            content, calls = content + rest, calls + more
-        return content, calls
-
     async def lines(self, events: GenerationStream) -> AsyncIterator[str]:
         last, failed = None, False
         tools = ToolCallStream(self.tool_format) if self.tool_format is not None else None
         try:
             async for event in events:
                 last = event
-                text, calls = self.split(event, tools)
+                text, calls = text_and_calls(tools, event.text, event.finish_reason is not None)
                 if event.finish_reason is not None:
                     yield line(self.last(text, calls, event.stats, event.finish_reason))
                 elif text or calls:

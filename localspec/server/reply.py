@@ -27,7 +27,7 @@ from localspec.errors import EngineFailure, GenerationCancelled, LocalspecError
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError
-from localspec.server.tool_stream import ToolCallStream, call_deltas
+from localspec.server.tool_stream import ToolCallStream, call_deltas, text_and_calls
 
 log = logging.getLogger("localspec.server")
 DISCONNECT_POLL_S = 0.2
@@ -210,13 +210,10 @@ class Reply:
     def _deltas(self, event: RoundEvent, tools: ToolCallStream | None) -> list[dict[str, Any]]:
         """A chat event's deltas: its text, less what may belong to a tool call, and the
         calls it completed (at the end, whatever was held back)."""
-        if tools is None:
-            return [{"content": event.text}] if event.text else []
-        content, calls = tools.feed(event.text)
-        if event.finish_reason is not None:
-            rest, more = tools.finish()
-            content, calls = content + rest, calls + more
+        content, calls = text_and_calls(tools, event.text, event.finish_reason is not None)
         deltas = [{"content": content}] if content else []
+        if tools is None:
+            return deltas
         return deltas + call_deltas(calls, tools.sent - len(calls))
 
     async def sse(self, events: GenerationStream) -> AsyncIterator[str]:

@@ -104,6 +104,20 @@ def _partial_opener(text: str, opener: str) -> int:
     return 0
 
 
+def text_and_calls(
+    tools: ToolCallStream | None, text: str, last: bool
+) -> tuple[str, list[ToolCall]]:
+    """A streamed event's text to send, less what may belong to a tool call, and the calls
+    it completed (``last``: the answer ends here, and whatever was held back comes out)."""
+    if tools is None:
+        return text, []
+    content, calls = tools.feed(text)
+    if last:
+        rest, more = tools.finish()
+        content, calls = content + rest, calls + more
+    return content, calls
+
+
 def call_deltas(calls: list[ToolCall], first_index: int) -> list[dict[str, Any]]:
     """OpenAI's delta entries for whole calls: head (id, name) then the arguments."""
     deltas = []
