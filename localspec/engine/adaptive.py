@@ -199,9 +199,11 @@ class DraftCost:
 
     def __init__(self) -> None:
         self.samples: deque[float] = deque(maxlen=DRAFT_COST_SAMPLES)
+        self.per_token = 0.0  # read several times a round: computed once per timing
 
     def record(self, per_token: float) -> None:
         self.samples.append(per_token)
+        self.per_token = float(np.median(self.samples))
 
     @property
     def seen(self) -> bool:
@@ -211,10 +213,6 @@ class DraftCost:
     def settled(self) -> bool:
         """Measured often enough that a median outvotes one stalled measurement."""
         return len(self.samples) >= SETTLED_SAMPLES
-
-    @property
-    def per_token(self) -> float:
-        return float(np.median(self.samples)) if self.samples else 0.0
 
 
 class FixedLengthController:
