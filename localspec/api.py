@@ -16,30 +16,21 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from localspec import api_checks as checks
-from localspec.drafters.chain import ChainController, ChainedDrafter
-from localspec.drafters.draft_model import DraftModelDrafter
-from localspec.drafters.grammar_forced import ByteTokens, GrammarForcedDrafter
-from localspec.drafters.mtp import MtpDrafter
-from localspec.drafters.ngram import NgramDrafter, NgramParams
-from localspec.drafters.self_draft import SelfDraftDrafter
+from localspec.drafters.ngram import NgramParams
 from localspec.drafters.suffix import SuffixDrafter
-from localspec.engine.adaptive import AdaptiveController, FixedLengthController
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
-from localspec.engine.drafting import Drafter
 from localspec.engine.fim import FimPrompt, fim_tokens
-from localspec.engine.grammar import Grammar, GrammarState
+from localspec.engine.grammar import Grammar
 from localspec.engine.loop import (
-    DraftControl,
     RoundEvent,
     SpecConfig,
-    SpeculativeLoop,
     TokenLogprob,
 )
 from localspec.engine.model_context import (
@@ -57,30 +48,17 @@ from localspec.engine.stats import Stats
 from localspec.engine.turns import EngineTurns
 from localspec.engine.verify import SamplingParams
 from localspec.errors import LocalspecError
+from localspec.generations import GenerationFactory, GenerationJob
 from localspec.interrupts import interrupts_kept
 from localspec.loading import close_models, load_models
 from localspec.memory_bank import (
     DEFAULT_MEMORY_MB,
-    DEFAULT_PARTITION,
     MemoryBank,
 )
 from localspec.modes import LOOKUP_MODES, canonical, parse_mode
 
 CHAIN_NEURAL_N_MAX = 16  # a neural drafter's cap inside a chain (the lookup's is size-m)
 MTP_STEP_SHARE = 0.1  # an MTP head's step, as a share of a target step (modelled times)
-
-
-@dataclass(frozen=True)
-class _Job:
-    """A checked request, its prompt read: what a generation is opened from."""
-
-    settings: GenerationSettings
-    sampling: SamplingParams
-    mode: str
-    spec: SpecConfig
-    tokens: list[int]
-    grammar: Grammar | None
-    record_margins: bool
 
 
 @dataclass(frozen=True)
@@ -126,10 +104,18 @@ class Engine:
         self.spec, self.ngram = spec, ngram
         self._cost: VerifyCost | None = None
         self._draft_step: float | None = None
-        self._controllers: dict[tuple[str, SpecConfig, int], AdaptiveController] = {}
-        self._byte_tokens: ByteTokens | None = None
         # earlier prompts and answers, for the suffix drafter
         self.memories = memories if memories is not None else MemoryBank(DEFAULT_MEMORY_MB)
+        self._generations = GenerationFactory(
+            target,
+            draft,
+            mtp,
+            self.draft_kind,
+            ngram,
+            self.memories,
+            self.verify_cost,
+            self.modelled_times,
+        )
         self._turns = EngineTurns()  # one generation at a time, nothing after close
 
     @property
@@ -261,26 +247,6 @@ class Engine:
         chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
         return build_prompt(self.target, prompt, chat, system, tools)
 
-    def _controller(
-        self, mode: str, spec: SpecConfig, times: ModelledTimes | None = None, slot: int = 0
-    ) -> AdaptiveController | FixedLengthController | None:
-        """One adaptive controller per (mode, settings), kept across generations: the costs
-        it measured carry over to the next prompt (acceptance is learnt per answer). With
-        modelled ``times``, a fresh one on the frozen calibration: nothing carried over."""
-        if mode == "none" or not spec.adaptive:
-            return None
-        if mode == GrammarForcedDrafter.name:
-            # what a grammar forces is the target's own choice but for a tokenization or a
-            # whitespace guess, and costs nothing to draft: always drafted, never paused
-            return FixedLengthController(spec.n_max)
-        if times is not None:
-            return AdaptiveController(spec.n_max, times.cost, spec.n_min)
-        key = (mode, spec, slot)
-        if key not in self._controllers:
-            cost = self.verify_cost(spec.n_max)
-            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
-        return self._controllers[key]
-
     def modelled_times(self, spec: SpecConfig) -> ModelledTimes:
         """Round costs from the calibration (see ``ModelledTimes``): lookups draft for
         free, a draft model or a layer subset at its measured step, an MTP head at a tenth
@@ -311,78 +277,6 @@ class Engine:
         if not self.memories.enabled:
             usable.remove(SuffixDrafter.name)
         return all(p in usable for p in parse_mode(mode))
-
-    def _drafter(
-        self,
-        mode: str,
-        sampling: SamplingParams,
-        spec: SpecConfig,
-        grammar: GrammarState | None = None,
-        memory_partition: str = DEFAULT_PARTITION,
-        target: ModelContext | None = None,
-        draft: ModelContext | None = None,
-    ) -> Drafter | None:
-        """The mode's drafter; under a grammar, a chain whose first link drafts what the
-        grammar forces (plain decoding, mode "none", stays plain). ``target``/``draft``:
-        the sequences of a slot (default: the contexts' first)."""
-        if mode == "none":
-            return None
-        parts = self._parts(mode, grammar)
-        drafters = [
-            self._single_drafter(
-                part, sampling, spec, grammar, memory_partition, target or self.target, draft
-            )
-            for part in parts
-        ]
-        if len(drafters) == 1:
-            return drafters[0]
-        return ChainedDrafter(drafters, [self._part_spec(p, spec).n_max for p in parts])
-
-    @staticmethod
-    def _parts(mode: str, grammar: GrammarState | None) -> list[str]:
-        parts = parse_mode(mode) if mode != "none" else []
-        return [GrammarForcedDrafter.name, *parts] if grammar is not None and parts else parts
-
-    @staticmethod
-    def _part_spec(part: str, spec: SpecConfig) -> SpecConfig:
-        """A chain member's settings: a neural drafter is capped at CHAIN_NEURAL_N_MAX."""
-        if part in (*LOOKUP_MODES, GrammarForcedDrafter.name) or spec.n_max <= CHAIN_NEURAL_N_MAX:
-            return spec
-        return replace(spec, n_max=CHAIN_NEURAL_N_MAX, n_min=min(spec.n_min, CHAIN_NEURAL_N_MAX))
-
-    def _single_drafter(
-        self,
-        mode: str,
-        sampling: SamplingParams,
-        spec: SpecConfig,
-        grammar: GrammarState | None = None,
-        memory_partition: str = DEFAULT_PARTITION,
-        target: ModelContext | None = None,
-        draft: ModelContext | None = None,
-    ) -> Drafter:
-        target = target or self.target
-        draft = draft or self.draft
-        if mode == SuffixDrafter.name:
-            return SuffixDrafter(self.memories.partition(memory_partition))
-        if mode == "ngram-simple":
-            if grammar is not None:
-                # structured answers copy values from the prompt, framed by the grammar's
-                # punctuation: a one-token key is what a copy starts from there
-                return NgramDrafter(replace(self.ngram, min_n=1))
-            return NgramDrafter(self.ngram)
-        if mode == GrammarForcedDrafter.name:
-            assert grammar is not None
-            if self._byte_tokens is None:
-                self._byte_tokens = ByteTokens(target)
-            return GrammarForcedDrafter(target, grammar, self._byte_tokens)
-        assert mode == self.draft_kind
-        if mode == "draft-mtp":
-            assert self.mtp is not None
-            return MtpDrafter(self.mtp, sampling, spec.p_min)
-        assert draft is not None
-        if mode == "draft-self":
-            return SelfDraftDrafter(draft, sampling, spec.p_min)
-        return DraftModelDrafter(draft, sampling, spec.p_min)
 
     def stream(
         self,
@@ -448,7 +342,7 @@ class Engine:
         def start(target: ModelContext, draft: ModelContext | None) -> SlotWork:
             if job.mode != "none":  # calibrated on the free slot, before any controller
                 self.verify_cost(job.spec.n_max, on=target)
-            return self._open(job, target, draft)
+            return self._generations.open(job, target, draft)
 
         request = SlotRequest(job.tokens, start, cancelled)
         self.scheduler().submit(request)
@@ -522,7 +416,7 @@ class Engine:
         record_margins: bool,
     ) -> Iterator[RoundEvent]:
         job = self._prepare(prompt, s, chat, system, record_margins)
-        work = self._open(job, self.target, self.draft)
+        work = self._generations.open(job, self.target, self.draft)
         try:
             yield from work.loop.rounds()
         finally:
@@ -535,7 +429,7 @@ class Engine:
         chat: bool,
         system: str | None,
         record_margins: bool,
-    ) -> _Job:
+    ) -> GenerationJob:
         """Check a request's settings and read its prompt (before it takes any turn)."""
         sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
         if s.seeded:
@@ -557,83 +451,7 @@ class Engine:
         spec.validate()
         tokens = self.tokenize_prompt(prompt, chat, system, s.tools)
         grammar = Grammar(self.target, s.grammar) if s.grammar is not None else None
-        return _Job(s, sampling, mode, spec, tokens, grammar, record_margins)
-
-    def _open(self, job: _Job, target: ModelContext, draft: ModelContext | None) -> SlotWork:
-        """The generation's loop on ``target`` (a sequence of the target's context) with its
-        drafter (on ``draft``, that sequence of the draft's context), and its clean-up."""
-        s, spec = job.settings, job.spec
-        state = job.grammar.start() if job.grammar is not None else None
-        drafter = None
-        loop: SpeculativeLoop | None = None
-
-        def close() -> None:
-            # everything written, whatever the mode (the prompt alone if the caller left
-            # before the first token): the suffix drafter's evidence
-            if s.remember:
-                written = loop.output.tokens if loop is not None else []
-                self.memories.remember([*job.tokens, *written], s.memory_partition)
-            if drafter is not None:
-                drafter.close()
-            if state is not None:
-                state.close()
-
-        try:
-            drafter = self._drafter(
-                job.mode, job.sampling, spec, state, s.memory_partition, target, draft
-            )
-            # identical greedy or seeded requests: a schedule that depends on the tokens only
-            reproducible = s.reproducible and drafter is not None and spec.adaptive
-            times = self.modelled_times(spec) if reproducible else None
-            control = self._control(job.mode, spec, state, drafter, times, target.seq_id)
-            if self.mtp is not None:
-                self._follow_with_mtp("draft-mtp" in parse_mode(job.mode))
-            loop = SpeculativeLoop(
-                target,
-                job.tokens,
-                drafter,
-                job.sampling,
-                spec,
-                s.max_tokens,
-                s.stop,
-                job.record_margins,
-                control,
-                s.logprobs,
-                s.reproducible,
-                state,
-                times,
-            )
-        except BaseException:
-            close()
-            raise
-        return SlotWork(loop, close)
-
-    def _control(
-        self,
-        mode: str,
-        spec: SpecConfig,
-        state: GrammarState | None,
-        drafter: Drafter | None,
-        times: ModelledTimes | None,
-        slot: int = 0,
-    ) -> DraftControl | None:
-        """The draft-length control of a generation: one controller per drafter of a chain
-        (kept per slot: each slot's generations run one after another)."""
-        if isinstance(drafter, ChainedDrafter) and spec.adaptive:
-            parts = [
-                self._controller(p, self._part_spec(p, spec), times, slot)
-                for p in self._parts(mode, state)
-            ]
-            return ChainController(drafter, [c for c in parts if c is not None])
-        return self._controller(mode, spec, times, slot)
-
-    def _follow_with_mtp(self, on: bool) -> None:
-        """The MTP context mirrors the target only in draft-mtp generations (a plain one pays
-        nothing); when switched on, the target re-decodes whatever was not mirrored."""
-        assert self.mtp is not None
-        self.mtp.active = on
-        if on and self.mtp.synced < self.target.n_past:
-            self.target.trim(self.mtp.synced)
+        return GenerationJob(s, sampling, mode, spec, tokens, grammar, record_margins)
 
     def score(self, text: str, top: int = 0) -> list[tuple[int, TokenLogprob | None]]:
         """Each token of ``text`` (tokenized as a raw prompt, without the BOS token the

@@ -67,6 +67,9 @@ def _num(x: float | None) -> str:
 count = integer(1, HUGE)  # -n, --repeat, ...
 non_negative = integer(0, HUGE)
 threads = integer(1, 1024, " (leave -t out to use every physical core)")
+# -np: generations sharing one batch (the engine's own bound, loading.MAX_PARALLEL)
+MAX_SLOTS = 64
+slots = integer(1, MAX_SLOTS, " (generations answered at once)")
 MIN_CONTEXT = 64
 megabytes = real(0, 100_000, lo_open=True)
 

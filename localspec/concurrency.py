@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from localspec.argtypes import MAX_SLOTS
 from localspec.progress import plural
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 PLAIN, FIXED, LOAD_AWARE = "plain", "fixed", "load-aware"
 CONFIGS = (PLAIN, FIXED, LOAD_AWARE)
 NATIVE_PREFIX = "native "  # llama-server's configurations: "native plain", "native ngram-simple"
-MAX_CONCURRENCY = 64  # as many as an Engine has slots (loading.MAX_PARALLEL)
+MAX_CONCURRENCY = MAX_SLOTS  # as many as an Engine has slots
 STOP_WAIT_S = 10.0  # after Ctrl-C, how long the clients' requests get to end
 
 

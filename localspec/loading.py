@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from localspec import api_checks as checks
+from localspec.argtypes import MAX_SLOTS
 from localspec.drafters.ngram import NgramParams
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.loop import SpecConfig
@@ -258,7 +259,7 @@ def auto_choice(target: Path, spec: SpecConfig) -> tuple[str, str | None, SpecCo
 LARGE_CONTEXT = 131_072  # above this, the cache's size is checked against the machine first
 # the estimate counts every layer as attention: a hybrid model's cache is up to ~4x smaller
 CACHE_ESTIMATE_SLACK = 4.0
-MAX_PARALLEL = 64
+MAX_PARALLEL = MAX_SLOTS
 
 
 def check_context_fits(target: Path, n_ctx: int, parallel: int = 1) -> None:

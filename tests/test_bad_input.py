@@ -89,6 +89,14 @@ FLAG_CASES = [
     (["bench", MISSING, "--scenarios", "agent", "--prompts", "qa"], "--prompts does not apply"),
     (["bench", MISSING, "-c", "0", "--threads", "-1"], "argument -t/--threads"),
     (["serve", MISSING, "--port", "70000"], "argument --port: 70000 is out of range"),
+    (
+        ["serve", MISSING, "-np", "0"],
+        "argument -np/--parallel: 0 is out of range: must be between 1 and 64",
+    ),
+    (
+        ["serve", MISSING, "-np", "100"],
+        "argument -np/--parallel: 100 is out of range: must be between 1 and 64",
+    ),
     (["serve", MISSING, "--max-queue", "-1"], "argument --max-queue"),
     (["doctor", MISSING, "-c", "3"], "too small a context"),
     # draft length: more than one verification batch holds, refused before anything loads

@@ -165,7 +165,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "-np",
         "--parallel",
-        type=at.count,
+        type=at.slots,
         default=None,
         help="generations answered at once, verified in one batch per step; each has a "
         f"context of -c tokens (default {DEFAULT_PARALLEL}; 1 with draft-mtp)",
