@@ -492,3 +492,19 @@ def test_key_length_odds_lean_on_the_overall_estimate_until_they_have_evidence()
     assert odds.first_token(6, 0.7) == pytest.approx(0.7)
     odds.record(0, 1.0)  # not a lookup's draft: ignored
     assert odds.first_token(0, 0.7) == 0.7
+
+
+def test_a_draft_cut_before_verification_still_tells_what_drafting_costs() -> None:
+    """A shared step may cut a draft model's whole draft: its drafting time is all it
+    teaches, and it is what sizes the slot's later drafts before they are made."""
+    ctl = controller()
+    assert ctl.paid_draft() is None  # nothing timed yet
+    step = float(CPU(np.array([1]))[0])
+    ctl.note_draft_time(4, 4 * 0.3 * step)  # a draft model: a third of a step a token
+    paid = ctl.paid_draft()
+    assert paid is not None
+    acceptance, per_token = paid
+    assert per_token == pytest.approx(0.3 * step) and len(acceptance) >= 16
+    lookup = controller()
+    lookup.note_draft_time(16, 0.0)
+    assert lookup.paid_draft() is None  # a lookup's drafts are judged once made

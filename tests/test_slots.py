@@ -19,6 +19,7 @@ from localspec import Engine
 from localspec.engine.costs import VerifyCost
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
+from localspec.prompts import builtin_prompts
 
 PROMPTS = [
     "def fibonacci(n):",
@@ -193,3 +194,30 @@ def test_sampling_in_shared_steps_keeps_the_distribution(qwen: Engine, slots: En
     table = np.array([[plain[n] for n in names], [spec[n] for n in names]]) + 0.5
     assert chi2_contingency(table).pvalue > 1e-3, (plain, spec)
     slots.memory.clear()
+
+
+@pytest.mark.slow
+def test_a_draft_model_drafts_only_what_a_shared_step_verifies(
+    qwen_f16_path: Path, qwen_q4_0_path: Path
+) -> None:
+    """A draft model pays for every token it drafts, verified or not: in a step shared with
+    other generations its draft is sized by the budget before it is made. On a curve where
+    every row costs a step, three generations together verify no draft, so the draft model
+    must be asked for none (lookups draft for nothing and are cut once made instead)."""
+    edit = next(p for p in builtin_prompts() if p.kind == "code-edit").messages
+    with Engine.load(
+        qwen_f16_path, draft=qwen_q4_0_path, mode="draft-model", parallel=3, n_ctx=1024
+    ) as engine:
+        alone = engine.generate(edit, max_tokens=48)
+        assert alone.stats.drafted > 0  # alone, the pair's drafts pay
+        engine.generate_many([edit] * 3, max_tokens=24)  # every slot's controller timed
+        real = engine.verify_cost()
+        step = float(real(np.array([1]))[0])
+        sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+        engine.use_cost(VerifyCost(sizes, step * sizes.astype(float)))
+        totals = engine.scheduler().totals
+        wanted, steps = totals.wanted_by_width[3], totals.steps
+        results = engine.generate_many([edit] * 3, max_tokens=48)
+        assert all(r.stats.n_tokens == 48 for r in results)
+        assert totals.steps - steps >= 40  # the three answered together
+        assert totals.wanted_by_width[3] == wanted  # nothing drafted in steps of three

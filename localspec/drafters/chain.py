@@ -150,6 +150,17 @@ class ChainController:
         source = self.chain.last_source
         return None if source is None else self.parts[source].verification_odds(draft)
 
+    def paid_draft(self) -> tuple[np.ndarray, float] | None:
+        """None: a chain's draft is judged once made (its first drafter, a lookup, costs
+        nothing; which drafter drafts is known only then)."""
+        return None
+
+    def note_draft_time(self, n_drafted: int, seconds: float) -> None:
+        """To the controller of the drafter that made the draft."""
+        source = self.chain.last_source
+        if source is not None:
+            self.parts[source].note_draft_time(n_drafted, seconds)
+
     def shadow_length(self) -> int:
         """Shadow checks go to the drafters whose controllers want one (each with its own
         guess length): the first of them with a guess makes it, as for a real draft."""

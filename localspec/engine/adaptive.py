@@ -251,6 +251,12 @@ class FixedLengthController:
         """None: a fixed length is not cut by a shared step's budget (it was asked for)."""
         return None
 
+    def paid_draft(self) -> tuple[np.ndarray, float] | None:
+        return None
+
+    def note_draft_time(self, n_drafted: int, seconds: float) -> None:
+        """A fixed length learns nothing from costs."""
+
 
 class AdaptiveController:
     def __init__(self, n_max: int, cost: VerifyCost, n_min: int = 0) -> None:
@@ -515,6 +521,22 @@ class AdaptiveController:
         if draft.match >= STRONG_MATCH:
             return self._strong.estimates()
         return self.acceptance()
+
+    def paid_draft(self) -> tuple[np.ndarray, float] | None:
+        """For a drafter that pays for each token it drafts (a draft model): the acceptance
+        estimates and the seconds per drafted token by which a shared step sizes the draft
+        before it is made (a draft the step would cut costs its drafting all the same).
+        None for drafts that cost nothing (a lookup's, judged once made: their odds depend
+        on the match found) and before a draft has been timed."""
+        if not self._draft_cost.seen or self._drafts_cost_nothing():
+            return None
+        return self.acceptance(), self._draft_cost.per_token
+
+    def note_draft_time(self, n_drafted: int, seconds: float) -> None:
+        """What a draft cut away before verification took to make (only its cost is
+        known: none of it was verified)."""
+        if n_drafted > 0:
+            self._record_draft_cost(n_drafted, seconds)
 
     def acceptance(self) -> np.ndarray:
         """Estimated a_i for positions 1..n_max (see ``AcceptanceEstimate``)."""

@@ -92,18 +92,22 @@ class DraftControl(Protocol):
     def observe_shadow(self, check: ShadowCheck) -> None: ...
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
     def verification_odds(self, draft: Draft) -> np.ndarray | None: ...
+    def paid_draft(self) -> tuple[np.ndarray, float] | None: ...
+    def note_draft_time(self, n_drafted: int, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True)
 class RoundPlan:
     """A round before verification: the draft (possibly empty), a paused drafter's shadow
-    guess, the cache length before it, and what drafting took."""
+    guess, the cache length before it, what drafting took, and how many tokens it drafted
+    (more than ``draft`` holds once a shared step's budget cut it)."""
 
     draft: Draft
     shadow: tuple[Draft, int] | None
     n_past: int
     draft_s: float
     last: int  # the token chosen last round, evaluated first in this one
+    made: int = 0
 
     @property
     def batch(self) -> list[int]:
@@ -298,12 +302,14 @@ class SpeculativeLoop:
         self.output.finish("length")
         return self._event([], [], [])
 
-    def plan(self) -> RoundPlan:
+    def plan(self, cap: int | None = None) -> RoundPlan:
         """This round's draft (or a shadow check's guess): what the target verifies next,
-        ``[last] + draft``, in one batch (``finish`` then accepts from its logits)."""
+        ``[last] + draft``, in one batch (``finish`` then accepts from its logits). ``cap``:
+        the most a shared step lets it draft (sized before drafting: ``draft_length``)."""
         t0 = time.perf_counter()
-        draft, shadow = self._draft(self.context)
-        return RoundPlan(draft, shadow, self.target.n_past, time.perf_counter() - t0, self.last)
+        draft, shadow = self._draft(self.context, cap)
+        draft_s = time.perf_counter() - t0
+        return RoundPlan(draft, shadow, self.target.n_past, draft_s, self.last, len(draft))
 
     def cut(self, plan: RoundPlan, length: int) -> RoundPlan:
         """The plan with its draft cut to ``length`` tokens (a shared step's draft budget)."""
@@ -311,7 +317,7 @@ class SpeculativeLoop:
             return plan
         return replace(plan, draft=plan.draft.truncated(length) if length else Draft())
 
-    def _draft_length(self) -> int:
+    def draft_length(self) -> int:
         """How many tokens the drafter is asked for (the controller's ``fit`` then says how
         many of them are verified)."""
         if self.drafter is None:
@@ -341,10 +347,12 @@ class SpeculativeLoop:
             return (0.0 if source in LOOKUP_MODES else draft_s), verify_s
         return self.times.draft(len(made), source), self.times.verify(len(draft) + 1)
 
-    def _draft(self, context: list[int]) -> tuple[Draft, tuple[Draft, int] | None]:
+    def _draft(
+        self, context: list[int], cap: int | None = None
+    ) -> tuple[Draft, tuple[Draft, int] | None]:
         """This round's draft (cut to the allowed length and to what the grammar allows),
         or, when there is none, what the paused drafter's shadow check guesses."""
-        k = self._draft_length()
+        k = self.draft_length() if cap is None else min(cap, self.draft_length())
         draft = self.drafter.propose(context, k) if k > 0 and self.drafter else Draft()
         if draft.tokens:
             draft = draft.truncated(min(k, self.control.fit(draft)))
@@ -402,6 +410,12 @@ class SpeculativeLoop:
             self.drafter.accepted(n_acc)
         verify_s = t2 - t_verify if told_verify_s is None else told_verify_s
         draft_s, verify_s = self._told_times(draft, shadow, plan.draft_s, verify_s)
+        if self.times is None and plan.made > len(draft):
+            # cut by a shared step's budget: the time went into plan.made tokens, and a
+            # drafter cut to nothing still learns what its tokens cost (see ``paid_draft``)
+            if not draft.tokens:
+                self.control.note_draft_time(plan.made, draft_s)
+            draft_s *= len(draft) / plan.made
         self.control.observe(len(draft), n_acc, draft_s, verify_s)
         if shadow is not None and self.shadows is not None:
             self.shadows.score(shadow, p_plain, chosen, draft_s)

@@ -249,7 +249,7 @@ class BatchScheduler:
             if slot.work is not None and slot.request is not None and slot.request.gone():
                 self._end(slot)
         self._close_gaps()
-        plans = self._plans()
+        plans = self._plans(self._paid_draft_caps())
         room = self._batch.capacity - sum(len(p.batch) for _, p in plans)
         chunks = self._chunks(room, busy=bool(plans))
         wanted = sum(len(p.draft) for _, p in plans)
@@ -313,8 +313,9 @@ class BatchScheduler:
             busy[-1].target.move_to(gap.target)
             self.totals.moves += 1
 
-    def _plans(self) -> list[tuple[Slot, RoundPlan]]:
-        """Each answering slot's round (or its end, when its context is full)."""
+    def _plans(self, caps: dict[int, int]) -> list[tuple[Slot, RoundPlan]]:
+        """Each answering slot's round (or its end, when its context is full); ``caps``: the
+        draft lengths sized before drafting, by slot index."""
         plans = []
         for slot in self.slots:
             if not slot.answering:
@@ -325,7 +326,7 @@ class BatchScheduler:
                 if loop.context_full():
                     self._emit(slot, loop.end_at_length())
                     continue
-                plans.append((slot, loop.plan()))
+                plans.append((slot, loop.plan(caps.get(slot.index))))
             except BaseException as exc:
                 self._end(slot, exc)
         return plans
@@ -352,14 +353,14 @@ class BatchScheduler:
 
     def _step_seconds(
         self,
-        plans: list[tuple[Slot, RoundPlan]],
+        drafting: Sequence[Slot],
         chunks: list[tuple[Slot, list[int]]],
         cost: VerifyCost,
     ) -> Callable[[Sequence[int]], float]:
-        """The step's predicted seconds for given draft lengths: the curve at each pass
-        llama.cpp will make of it."""
+        """The step's predicted seconds for given draft lengths of the ``drafting`` slots:
+        the curve at each pass llama.cpp will make of it."""
         prefill = {slot.target.seq_id: len(chunk) for slot, chunk in chunks}
-        answering = [slot.target.seq_id for slot, _ in plans]
+        answering = [slot.target.seq_id for slot in drafting]
         # the curve at every pass size, once a step: the budget asks for hundreds of steps
         by_rows = cost(np.arange(self._batch.capacity + 1)).tolist()
 
@@ -369,6 +370,40 @@ class BatchScheduler:
             return sum(by_rows[n] for n in self._passes(rows))
 
         return seconds
+
+    def _paid_draft_caps(self) -> dict[int, int]:
+        """Draft lengths for the slots whose drafter pays for every token (a draft model),
+        sized by the budget before they draft when other generations share the step: a
+        draft the step would cut costs its drafting all the same. The other slots count
+        with their one row here; their drafts (lookups: free) are cut once made."""
+        answering = [s for s in self.slots if s.answering]
+        cost = self.cost()
+        if cost is None or len(answering) < 2:
+            return {}
+        demands, paying = [], {}
+        for slot in answering:
+            assert slot.work is not None
+            loop = slot.work.loop
+            paid = loop.control.paid_draft() if loop.drafter is not None else None
+            wanted = loop.draft_length() if paid is not None else 0
+            if paid is None or not wanted:
+                demands.append(DraftDemand(np.zeros(0), 0, pinned=0))
+                continue
+            acceptance, per_token = paid
+            paying[slot.index] = len(demands)
+            n_min = max(1, loop.spec.n_min)
+            demands.append(DraftDemand(acceptance, wanted, per_token, slot.drafting, None, n_min))
+        if not paying:
+            return {}
+        lengths = allocate(
+            demands,
+            len(answering),
+            cost,
+            self._batch.capacity,
+            add_margin=SHARED_STEP_MARGIN,
+            step_seconds=self._step_seconds(answering, [], cost),
+        )
+        return {index: lengths[i] for index, i in paying.items()}
 
     def _budget(
         self,
@@ -400,7 +435,7 @@ class BatchScheduler:
             cost,
             self._batch.capacity,
             add_margin=SHARED_STEP_MARGIN,
-            step_seconds=self._step_seconds(plans, chunks, cost),
+            step_seconds=self._step_seconds([slot for slot, _ in plans], chunks, cost),
         )
         cut = []
         for (slot, plan), length in zip(plans, lengths, strict=True):
