@@ -5,12 +5,13 @@ tokens go where they are most likely to be accepted."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localspec.engine.adaptive import MARGIN, AdaptiveController
 from localspec.engine.budget import DraftDemand, allocate
-from localspec.engine.costs import VerifyCost
+from localspec.engine.costs import DraftPassCost, VerifyCost
 from localspec.engine.step_batch import passes
 
 N_MAX = 16
@@ -149,3 +150,32 @@ def test_a_step_in_several_passes_gives_drafts_of_equal_length() -> None:
     lengths = allocate(slots, 2, curve, step_seconds=seconds)
     assert lengths[0] == lengths[1] > 0
     assert len(passes({0: 1 + lengths[0], 1: 1 + lengths[1]}, 512, 2)) == 1
+
+
+def test_a_draft_model_drafting_for_all_in_one_batch_is_priced_per_pass() -> None:
+    """Four generations whose draft model costs 0.4 of a step a token: drafted one after
+    another, four drafts cost more than they save; drafted together (one pass per position,
+    which on a memory-bound GPU costs what one row costs), they pay."""
+    curve = flat_curve()
+    step = float(curve(np.array([1]))[0])
+    demands = [demand(0.95, 8, seconds_per_token=0.4 * step, drafting=True) for _ in range(4)]
+    one_by_one = allocate(demands, 4, curve)
+    together = allocate(
+        demands, 4, curve, draft_seconds=lambda lengths: 0.4 * step * max(lengths, default=0)
+    )
+    assert sum(one_by_one) < sum(together)
+    assert all(k > 0 for k in together)
+
+
+def test_the_draft_pass_cost_follows_the_target_curve_shape() -> None:
+    curve = cpu_curve()
+    passes_cost = DraftPassCost()
+    assert passes_cost.seconds(1, curve, fallback=0.01) == 0.01  # nothing timed yet
+    one, three = curve(np.array([1, 3]))
+    for _ in range(3):
+        passes_cost.observe(3, 0.002 * three / one, curve)  # a 3-row pass: 3 rows' worth
+    assert passes_cost.seconds(1, curve, fallback=1.0) == pytest.approx(0.002)
+    assert (
+        abs(passes_cost.seconds(2, curve, fallback=1.0) - 0.002 * curve(np.array([2]))[0] / one)
+        < 1e-12
+    )

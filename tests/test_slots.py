@@ -196,28 +196,62 @@ def test_sampling_in_shared_steps_keeps_the_distribution(qwen: Engine, slots: En
     slots.memory.clear()
 
 
+@pytest.fixture(scope="module")
+def pair_slots(qwen_f16_path: Path, qwen_q4_0_path: Path) -> Iterator[Engine]:
+    """The F16 target and its Q4_0 draft (drafting pays alone) with three slots."""
+    with Engine.load(
+        qwen_f16_path, draft=qwen_q4_0_path, mode="draft-model", parallel=3, n_ctx=1024
+    ) as engine:
+        yield engine
+
+
+def code_edit() -> list[dict[str, str]]:
+    return next(p for p in builtin_prompts() if p.kind == "code-edit").messages
+
+
 @pytest.mark.slow
-def test_a_draft_model_drafts_only_what_a_shared_step_verifies(
-    qwen_f16_path: Path, qwen_q4_0_path: Path
-) -> None:
+def test_a_draft_model_drafts_for_every_slot_in_one_batch(pair_slots: Engine) -> None:
+    """Three slots drafting at once: the draft model decodes their draft tokens of a
+    position together (one batch, not three decodes), and each answer is what the target
+    gives alone, up to a measured near tie."""
+    reference = pair_slots.generate(code_edit(), max_tokens=48, mode="none", record_margins=True)
+    real = pair_slots.verify_cost()
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    step = float(real(np.array([1]))[0])
+    pair_slots.use_cost(VerifyCost(sizes, np.full(sizes.shape, step)))  # rows cost nothing
+    try:
+        totals = pair_slots.scheduler().totals
+        decodes, rows = totals.draft_decodes, totals.draft_rows
+        results = pair_slots.generate_many([code_edit()] * 3, max_tokens=48)
+    finally:
+        pair_slots.use_cost(real)
+    assert all(r.stats.drafted > 0 for r in results), [r.stats for r in results]
+    assert totals.draft_decodes - decodes >= 5
+    assert (totals.draft_rows - rows) / (totals.draft_decodes - decodes) >= 2.0
+    for result in results:
+        report = compare(reference.tokens, reference.margins, result.tokens, reference.runners_up)
+        assert report.ok, report
+
+
+@pytest.mark.slow
+def test_a_draft_model_drafts_only_what_a_shared_step_verifies(pair_slots: Engine) -> None:
     """A draft model pays for every token it drafts, verified or not: in a step shared with
     other generations its draft is sized by the budget before it is made. On a curve where
     every row costs a step, three generations together verify no draft, so the draft model
     must be asked for none (lookups draft for nothing and are cut once made instead)."""
-    edit = next(p for p in builtin_prompts() if p.kind == "code-edit").messages
-    with Engine.load(
-        qwen_f16_path, draft=qwen_q4_0_path, mode="draft-model", parallel=3, n_ctx=1024
-    ) as engine:
-        alone = engine.generate(edit, max_tokens=48)
-        assert alone.stats.drafted > 0  # alone, the pair's drafts pay
-        engine.generate_many([edit] * 3, max_tokens=24)  # every slot's controller timed
-        real = engine.verify_cost()
-        step = float(real(np.array([1]))[0])
-        sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
-        engine.use_cost(VerifyCost(sizes, step * sizes.astype(float)))
-        totals = engine.scheduler().totals
+    alone = pair_slots.generate(code_edit(), max_tokens=48)
+    assert alone.stats.drafted > 0  # alone, the pair's drafts pay
+    pair_slots.generate_many([code_edit()] * 3, max_tokens=24)  # every slot's controller timed
+    real = pair_slots.verify_cost()
+    step = float(real(np.array([1]))[0])
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    pair_slots.use_cost(VerifyCost(sizes, step * sizes.astype(float)))
+    try:
+        totals = pair_slots.scheduler().totals
         wanted, steps = totals.wanted_by_width[3], totals.steps
-        results = engine.generate_many([edit] * 3, max_tokens=48)
-        assert all(r.stats.n_tokens == 48 for r in results)
-        assert totals.steps - steps >= 40  # the three answered together
-        assert totals.wanted_by_width[3] == wanted  # nothing drafted in steps of three
+        results = pair_slots.generate_many([code_edit()] * 3, max_tokens=48)
+    finally:
+        pair_slots.use_cost(real)
+    assert all(r.stats.n_tokens == 48 for r in results)
+    assert totals.steps - steps >= 40  # the three answered together
+    assert totals.wanted_by_width[3] == wanted  # nothing drafted in steps of three

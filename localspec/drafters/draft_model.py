@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 from localspec.drafters.neural import NeuralDrafter
-from localspec.engine.drafting import Draft
+from localspec.engine.drafting import DecodeRequest, Draft, Steps, decode_directly
 from localspec.engine.model_context import ModelContext, common_prefix_length
 
 MIN_CATCH_UP_SAMPLE = 16
@@ -32,12 +32,26 @@ class DraftModelDrafter(NeuralDrafter[ModelContext]):
             self.catch_up_per_token = (time.perf_counter() - t0) / processed
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
+        return decode_directly(self.propose_steps(context, n_max))
+
+    def propose_steps(self, context: Sequence[int], n_max: int) -> Steps[Draft]:
+        """Catch the draft's cache up with ``context`` (what it does not hold yet: the
+        target's last token, or a stretch skipped while paused), then draft a token per
+        decode."""
+        n_max = min(n_max, self.model.n_ctx - len(context))
         if n_max <= 0:
             return Draft()
-        room = self.model.n_ctx - len(context)
-        n_max = min(n_max, room)
-        row = self.model.evaluate(context)
-        return self.draft_from(row, lambda token, _i: self.model.decode([token])[0], n_max)
+        keep, row = self.model.reuse_prefix(context, reproducible=False)
+        if row is None:
+            row = yield DecodeRequest(self.model, list(context[keep:]))
+            self.model.note_prefilled(context, keep, row, reproducible=False)
+        drafting = self.draft_steps(row, n_max)
+        try:
+            token = next(drafting)
+            while True:
+                token = drafting.send((yield DecodeRequest(self.model, [token])))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def accepted(self, n_accepted: int) -> None:
         """Nothing to do: the next ``propose`` re-syncs the cache with the accepted context."""

@@ -4,7 +4,7 @@ Subclasses say where the next logits come from (a second model, the MTP head).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -35,9 +35,19 @@ class NeuralDrafter(Generic[Model]):
     def draft_from(
         self, row: np.ndarray, next_row: Callable[[int, int], np.ndarray], n_max: int
     ) -> Draft:
-        """The drafting loop: choose a token from ``row``, get the next logits with
-        ``next_row(token, n_drafted)``, until ``n_max`` tokens or the top probability falls
-        below ``p_min``."""
+        """The drafting loop with the next logits from ``next_row(token, n_drafted)``."""
+        steps = self.draft_steps(row, n_max)
+        try:
+            token, n_drafted = next(steps), 1
+            while True:
+                token = steps.send(next_row(token, n_drafted))
+                n_drafted += 1
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def draft_steps(self, row: np.ndarray, n_max: int) -> Generator[int, np.ndarray, Draft]:
+        """The drafting loop: choose a token from ``row``, yield it and be sent the logits
+        after it, until ``n_max`` tokens or the top probability falls below ``p_min``."""
         tokens: list[int] = []
         probs: list[np.ndarray] | None = None if self.sampling.greedy else []
         while True:
@@ -49,7 +59,7 @@ class NeuralDrafter(Generic[Model]):
                 probs.append(q)
             if len(tokens) >= n_max:
                 break
-            row = next_row(token, len(tokens))
+            row = yield token
         return Draft(tokens, probs)
 
 

@@ -61,6 +61,7 @@ def allocate(
     max_rows: int | None = None,
     add_margin: float = ADD_MARGIN,
     step_seconds: Callable[[Sequence[int]], float] | None = None,
+    draft_seconds: Callable[[Sequence[int]], float] | None = None,
 ) -> list[int]:
     """Draft lengths, one per demand, that maximise the step's predicted tokens per second.
 
@@ -75,12 +76,14 @@ def allocate(
     ``step_seconds(lengths)``: what the step costs with those draft lengths, where that is
     not the curve at the total row count (llama.cpp running a step as several passes). Such
     a step is cheapest with drafts of equal lengths, which a ranking of single tokens may
-    step over: every common length is tried too."""
+    step over: every common length is tried too. ``draft_seconds(lengths)``: what drafting
+    those lengths costs, where the drafters' per-token seconds do not add up (one draft
+    model drafting for several generations in one batch per position)."""
     lengths = [d.pinned if d.pinned is not None else 0 for d in demands]
     free = [i for i, d in enumerate(demands) if d.pinned is None]
     room = max(0, max_rows - base_rows - sum(lengths)) if max_rows is not None else None
     ranking = _ranked_tokens(demands, free, base_rows + sum(lengths), cost, room)
-    predict = _Throughput(demands, base_rows, cost, step_seconds)
+    predict = _Throughput(demands, base_rows, cost, step_seconds, draft_seconds)
     best, best_speed = list(lengths), predict(lengths)
 
     def consider(trial: list[int]) -> None:
@@ -120,8 +123,10 @@ class _Throughput:
         base_rows: int,
         cost: Callable[[np.ndarray], np.ndarray],
         step_seconds: Callable[[Sequence[int]], float] | None = None,
+        draft_seconds: Callable[[Sequence[int]], float] | None = None,
     ) -> None:
         self.expected = [d.expected_tokens() for d in demands]
+        self.draft_seconds = draft_seconds
         self.per_token = np.array([d.seconds_per_token for d in demands])
         self.base_rows = base_rows
         self.step_seconds = step_seconds
@@ -135,6 +140,8 @@ class _Throughput:
             step = self.step_seconds(lengths)
         else:
             step = self.by_rows[self.base_rows + sum(lengths)]
+        if self.draft_seconds is not None:
+            return tokens / (step + self.draft_seconds(lengths))
         return tokens / (step + float(self.per_token @ lengths))
 
 

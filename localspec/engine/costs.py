@@ -10,6 +10,7 @@ observed to predicted times, which follows context growth and machine load.
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 
@@ -125,3 +126,29 @@ class ModelledTimes:
 
     def draft(self, n_drafted: int, source: str) -> float:
         return n_drafted * self.step_seconds.get(source, 0.0)
+
+
+class DraftPassCost:
+    """What the draft model's pass of n rows costs, for a step shared by several
+    generations that draft together (one decode per draft position for all of them). The
+    draft model runs on the target's machine with the same kernels, so a pass of n rows is
+    taken to cost its one-row step times the target's own curve at n over the curve at 1;
+    the one-row step is the median of the draft decodes timed, each divided so."""
+
+    SAMPLES = 9
+
+    def __init__(self) -> None:
+        self._unit: deque[float] = deque(maxlen=self.SAMPLES)
+
+    def observe(self, rows: int, seconds: float, verify: VerifyCost) -> None:
+        self._unit.append(seconds / _relative(verify, rows))
+
+    def seconds(self, rows: int, verify: VerifyCost, fallback: float) -> float:
+        """A pass of ``rows`` rows; ``fallback``: the one-row step before any was timed."""
+        unit = float(np.median(self._unit)) if self._unit else fallback
+        return unit * _relative(verify, rows)
+
+
+def _relative(verify: VerifyCost, rows: int) -> float:
+    one, wide = verify(np.array([1, max(1, rows)]))
+    return float(wide / one) if one > 0 else float(rows)

@@ -1,14 +1,23 @@
 """The Drafter protocol, the one interface every drafting mode implements, and the Draft it
 returns. It lives with the loop that consumes it; the drafters (``localspec/drafters/``)
-implement it."""
+implement it.
+
+A drafter with a model of its own may also draft *in steps* (``SteppedDrafter``): a
+generator that yields each decode it needs (``DecodeRequest``) and is sent the logits row
+back. Alone, ``decode_directly`` runs the decodes one by one; parallel slots run every
+slot's request of a step in one batch of the draft model (``engine/scheduler.py``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from localspec.engine.model_context import ModelContext
 
 
 @dataclass(frozen=True)
@@ -54,3 +63,33 @@ class Drafter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """``tokens`` to append to ``sequence``; the logits row after the last one is sent back."""
+
+    sequence: ModelContext
+    tokens: list[int]
+
+
+Result = TypeVar("Result")
+Steps = Generator[DecodeRequest, np.ndarray, Result]
+
+
+@runtime_checkable
+class SteppedDrafter(Protocol):
+    def propose_steps(self, context: Sequence[int], n_max: int) -> Steps[Draft]:
+        """``propose``, yielding each decode it needs instead of running it."""
+        ...
+
+
+def decode_directly(steps: Steps[Result]) -> Result:
+    """Run ``steps`` on their own: each request decoded when it is made (one generation, or
+    a decode no other slot shares)."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(request.sequence.decode(request.tokens)[0])
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

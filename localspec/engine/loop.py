@@ -18,7 +18,7 @@ import numpy as np
 
 from localspec.engine.adaptive import FixedLengthController, ShadowCheck
 from localspec.engine.costs import ModelledTimes
-from localspec.engine.drafting import Draft, Drafter
+from localspec.engine.drafting import Draft, Drafter, SteppedDrafter, Steps, decode_directly
 from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.output import OutputAssembler
@@ -306,8 +306,14 @@ class SpeculativeLoop:
         """This round's draft (or a shadow check's guess): what the target verifies next,
         ``[last] + draft``, in one batch (``finish`` then accepts from its logits). ``cap``:
         the most a shared step lets it draft (sized before drafting: ``draft_length``)."""
+        return decode_directly(self.plan_steps(cap))
+
+    def plan_steps(self, cap: int | None = None) -> Steps[RoundPlan]:
+        """``plan``, yielding the draft model's decodes (``SteppedDrafter``) instead of
+        running them; ``draft_s`` is then the wall time of the whole, which a caller that
+        shares the decodes with other generations replaces by this one's share."""
         t0 = time.perf_counter()
-        draft, shadow = self._draft(self.context, cap)
+        draft, shadow = yield from self._draft(self.context, cap)
         draft_s = time.perf_counter() - t0
         return RoundPlan(draft, shadow, self.target.n_past, draft_s, self.last, len(draft))
 
@@ -349,11 +355,15 @@ class SpeculativeLoop:
 
     def _draft(
         self, context: list[int], cap: int | None = None
-    ) -> tuple[Draft, tuple[Draft, int] | None]:
+    ) -> Steps[tuple[Draft, tuple[Draft, int] | None]]:
         """This round's draft (cut to the allowed length and to what the grammar allows),
         or, when there is none, what the paused drafter's shadow check guesses."""
         k = self.draft_length() if cap is None else min(cap, self.draft_length())
-        draft = self.drafter.propose(context, k) if k > 0 and self.drafter else Draft()
+        draft = Draft()
+        if k > 0 and isinstance(self.drafter, SteppedDrafter):
+            draft = yield from self.drafter.propose_steps(context, k)
+        elif k > 0 and self.drafter is not None:
+            draft = self.drafter.propose(context, k)
         if draft.tokens:
             draft = draft.truncated(min(k, self.control.fit(draft)))
         if self.grammar is not None and draft.tokens:
