@@ -23,6 +23,7 @@ import numpy as np
 
 from localspec.api import Engine
 from localspec.drafters.suffix import SuffixDrafter
+from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import SpecConfig
 from localspec.engine.stats import Stats
 from localspec.measure import (
@@ -41,6 +42,9 @@ from localspec.modes import LOOKUP_MODES, parse_mode
 from localspec.probe_results import WORTH_IT, ProbeConfig, write
 from localspec.prompts import PromptCase
 
+# a target whose best batch saves under this is compute-bound here: verifying n drafted
+# tokens costs most of their n one-token steps, so only drafts that cost nothing pay
+COMPUTE_BOUND_CEILING = 2.0
 MAX_PAIRS = 4  # default --repeat: speculative runs per (configuration, prompt) at most
 
 # Draftless modes probe measures (when the target supports them: draft-mtp needs NextN layers).
@@ -312,10 +316,16 @@ def recommendation(ranking: Sequence[Ranked]) -> str:
 # ----- saved results, for --mode auto -----------------------------------------------------------
 
 
-def save(target: Path, ranking: Sequence[Ranked], measurements: Sequence[Measurement]) -> Path:
+def save(
+    target: Path,
+    ranking: Sequence[Ranked],
+    measurements: Sequence[Measurement],
+    notes: Sequence[str] = (),
+) -> Path:
     data = {
         "target": str(target),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "notes": list(notes),
         "winner": ranked_dict(winner) if (winner := chosen(ranking)) else None,
         "ranking": [ranked_dict(r) for r in ranking],
         "measurements": [measurement_dict(m) for m in measurements],
@@ -396,3 +406,20 @@ def export_command(config: ProbeConfig, target: Path, kind: str) -> str:
             }
         return f"vllm serve {target} --speculative-config '{json.dumps(spec)}'"
     raise ValueError(kind)
+
+
+def compute_bound_note(cost: VerifyCost) -> str | None:
+    """What the calibration says about drafting on this target, when it is compute-bound
+    (None otherwise): how much a batch costs, and what a draft model's token may cost."""
+    ceiling = cost.ceiling()
+    if ceiling >= COMPUTE_BOUND_CEILING:
+        return None
+    size, seconds = cost.ceiling_batch()
+    steps = seconds / float(cost.seconds[0])
+    share = cost.break_even_draft_cost()
+    return (
+        f"this target is compute-bound on this machine: a batch of {size} tokens costs "
+        f"{steps:.1f} one-token steps (ceiling {ceiling:.2f}x); a draft model pays only if "
+        f"its token costs under {share:.0%} of a target step even with every draft accepted, "
+        "so the drafts that pay here are the free ones (ngram-simple, suffix: lookups)"
+    )

@@ -120,3 +120,10 @@ def saved_speedup(target: Path, mode: str) -> float | None:
         and isinstance(r.get("speedup"), float | int)
     ]
     return max(speeds) if speeds else None
+
+
+def saved_notes(target: Path) -> list[str]:
+    """What the saved probe of this target noted about this machine (a compute-bound
+    target, say), for ``localspec pairs``."""
+    notes = (_saved(target) or {}).get("notes")
+    return [n for n in notes if isinstance(n, str)] if isinstance(notes, list) else []

@@ -285,6 +285,7 @@ def test_a_short_concurrency_bench_on_the_real_model(capsys, tmp_path: Path, qwe
         assert 0 < p["latency_p50_s"] <= p["latency_p95_s"]
         assert p["requests"] == p["concurrency"]
     assert report["crossover"] in (None, 1, 2)
+    assert report["cost_curve"]["rows"][0] == 1 and report["cost_curve"]["seconds"][0] > 0
     assert "| 2 | load-aware |" in md.read_text()
     assert svg.read_text().lstrip().startswith("<?xml")
     printed = capsys.readouterr()

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from localspec import probe
 from localspec.cli import main
 from localspec.derivation.gguf_info import gguf_info
+from localspec.engine.costs import VerifyCost
 from localspec.pairing import advice, check, draftless_modes
+from localspec.probe import compute_bound_note
 from tests.vocab_gguf import write_vocab_gguf
 
 
@@ -125,6 +129,7 @@ def test_pairs_command_lists_every_candidate_with_reasons(
     assert "not a GGUF" in by_name["broken.gguf"]["unreadable"]
     assert "vocabulary sizes differ" in by_name["tiny.gguf"]["reasons"][0]
     assert any("no .gguf files" in n for n in report["notes"])
+    assert any("compatible is not faster" in n for n in report["notes"])  # nothing probed
     assert {m["mode"] for m in report["draftless_modes"]} == {
         "ngram-simple",
         "suffix+ngram-simple",
@@ -142,3 +147,19 @@ def test_pairs_bad_input(capsys, tmp_path, qwen_path) -> None:  # type: ignore[n
     with pytest.raises(SystemExit):  # the candidates are optional: only the target is asked for
         main(["pairs"])
     assert "required: target\n" in capsys.readouterr().err
+
+
+def test_pairs_says_what_a_saved_probe_measured_about_the_target(  # type: ignore[no-untyped-def]
+    capsys, monkeypatch, tmp_path, qwen_path
+) -> None:
+    """A probe that found the target compute-bound here: pairs says so instead of the
+    general advice to measure."""
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    sizes = np.array([1, 2, 4, 8, 16])
+    note = compute_bound_note(VerifyCost(sizes, 0.05 * np.array([1, 1.9, 3.0, 5.5, 10.0])))
+    assert note is not None
+    probe.save(qwen_path, [], [], [note])
+    assert main(["pairs", str(qwen_path), "--no-hf-cache", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert f"measured by `localspec probe`: {note}" in notes
+    assert not any("compatible is not faster" in n for n in notes)

@@ -11,16 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from localspec import Engine
 from localspec.cli import main
+from localspec.engine.costs import VerifyCost
 from localspec.errors import LocalspecError
 from localspec.measure import Pair, judge
 from localspec.probe import (
     Measurement,
     best_per_config_family,
     chosen,
+    compute_bound_note,
     export_command,
     rank,
     recommendation,
@@ -336,3 +339,17 @@ def test_probe_measures_the_memory_with_the_earlier_prompts_remembered(
     assert (
         again["mean_acceptance_length"] > cells["ngram-simple", "again"]["mean_acceptance_length"]
     )
+
+
+def test_a_compute_bound_target_is_named_with_what_a_draft_may_cost() -> None:
+    """The 1.5B target on a 2-core CPU (ceiling 1.6x, a 16-token batch 10 steps): compute-bound,
+    a draft model's token must cost under a small share of a step; the 0.5B (a batch of 16
+    for 3 steps) is not."""
+    sizes = np.array([1, 2, 4, 8, 16])
+    bound = VerifyCost(sizes, 0.05 * np.array([1, 1.9, 3.0, 5.5, 10.0]))
+    note = compute_bound_note(bound)
+    assert note is not None and "compute-bound" in note and "ngram-simple" in note
+    assert 0.0 < bound.break_even_draft_cost() < 0.5
+    assert compute_bound_note(VerifyCost(sizes, 0.02 * np.array([1, 1.1, 1.3, 1.9, 3.0]))) is None
+    flat_cpu = VerifyCost(sizes, 0.02 * sizes.astype(float))  # a batch costs its tokens
+    assert flat_cpu.break_even_draft_cost() == 0.0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +23,7 @@ from localspec import concurrency as cc
 from localspec import native_server as ns
 from localspec.commands.bench_output import check_outputs, parse_list, write_text
 from localspec.commands.flags import engine_options
+from localspec.engine.costs import VerifyCost
 from localspec.engine.prompting import render_chat
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
@@ -55,6 +57,7 @@ def run_concurrency(args: argparse.Namespace) -> int:
     console.print(machine.describe())
     settings = GenerationSettings(max_tokens=args.n_predict, temperature=temperature)
     stop = threading.Event()
+    curve: VerifyCost | None = None
     runs: list[cc.BatchRun] = []
     interrupted, failure = False, None
     load = Load(prompts, per_client, args.repeat, args.n_predict, temperature)
@@ -67,6 +70,8 @@ def run_concurrency(args: argparse.Namespace) -> int:
             for config in cc.engine_configs(engine, prompts, warm, mode, spec, stop):
                 cc.run_batch(config.send, [[cc.Request(0, 0)]], stop)
             configs = cc.engine_configs(engine, prompts, settings, mode, spec, stop)
+            curve = engine.verify_cost(spec.n_max).frozen()  # the warm-up calibrated it
+            console.print(f"  {curve_line(curve)}")
             for level in levels:
                 batches = measure(load, configs, level, stop)
                 if server is not None:
@@ -95,10 +100,18 @@ def run_concurrency(args: argparse.Namespace) -> int:
         + (", interrupted: partial" if interrupted or failure else "")
     )
     partial = interrupted or failure is not None
-    report(args, report_console(), header, model, load, points, runs, machine, partial)
+    report(args, report_console(), header, model, load, points, runs, machine, partial, curve)
     if failure is not None:
         raise LocalspecError(f"the bench stopped: {failure.message}", failure.hint)
     return 130 if interrupted else 0
+
+
+def curve_line(curve: VerifyCost) -> str:
+    """The calibrated batch costs, in one-row steps: what the load-aware budget priced by."""
+    one = float(curve.seconds[0])
+    shown = [n for n in (2, 4, 8, 16, 48) if n <= curve.sizes[-1]]
+    steps = ", ".join(f"{n} rows {float(curve(np.array([n]))[0]) / one:.1f}" for n in shown)
+    return f"cost curve (one-row step {1000 * one:.1f} ms; in steps): {steps}"
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,7 @@ def report(  # type: ignore[no-untyped-def]
     runs,
     machine: MachineLoad,
     partial: bool,
+    curve: VerifyCost | None = None,
 ) -> None:
     table = Table(title=header)
     for col in COLUMNS:
@@ -252,6 +266,8 @@ def report(  # type: ignore[no-untyped-def]
     for line in lines:
         console.print(f"  {line}")
     console.print(f"  {machine.describe()}")
+    if curve is not None:
+        console.print(f"  {curve_line(curve)}")
     if args.json:
         data = {
             "model": model,
@@ -261,6 +277,13 @@ def report(  # type: ignore[no-untyped-def]
             "repeat": args.repeat,
             "concurrency": args.concurrency,
             "machine": machine.to_dict(),
+            # what the shared budget priced steps by: the target's calibrated batch costs
+            "cost_curve": None
+            if curve is None
+            else {
+                "rows": [int(n) for n in curve.sizes],
+                "seconds": [round(float(t), 5) for t in curve.seconds],
+            },
             "points": [p.to_dict() for p in points],
             "batches": [
                 {

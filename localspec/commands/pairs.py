@@ -15,6 +15,7 @@ from localspec.catalog import Catalog, load_catalog
 from localspec.derivation.gguf_info import gguf_info
 from localspec.errors import LocalspecError
 from localspec.pairing import Verdict, check, draftless_modes
+from localspec.probe_results import saved_notes
 from localspec.progress import report_console
 from localspec.sources import local_path, resolve_model
 from localspec.vocab import Vocab
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     info = gguf_info(target)
     candidates, notes = gather_candidates(args, catalog)
     rows = judge(target, unique(candidates, target), args.ctx_size)
+    notes += measured_notes(target)
     known = [
         p
         for p in catalog.drafts_for(args.target)
@@ -152,6 +154,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# what every listing says: a compatible draft is not yet a draft that pays
+COST_NOTE = (
+    "compatible is not faster: a draft model pays only where its token costs well under "
+    "what a verify batch saves on this machine (size: the draft's file as a share of the "
+    "target's, roughly its share of a step); `localspec probe TARGET` measures it, and on "
+    "a compute-bound target (a 1.5B model on a small CPU) only free drafts pay: "
+    "ngram-simple, suffix"
+)
+
+
+def measured_notes(target: Path) -> list[str]:
+    """The saved probe's findings about this target on this machine, else how to get them."""
+    saved = [f"measured by `localspec probe`: {n}" for n in saved_notes(target)]
+    return saved or [COST_NOTE]
+
+
 def print_pairs(info, rows, notes, known) -> None:  # type: ignore[no-untyped-def]
     console = report_console()
     console.print(
@@ -167,9 +185,9 @@ def print_pairs(info, rows, notes, known) -> None:  # type: ignore[no-untyped-de
             continue
         ok = "[green]compatible[/]" if verdict.compatible else "[red]incompatible[/]"
         why = "; ".join(verdict.reasons + verdict.warnings) or "same tokenizer and family"
-        table.add_row(
-            c.label, verdict.draft.family, f"{verdict.draft.file_size / GIB:.2f} GiB", ok, why
-        )
+        share = verdict.draft.file_size / info.file_size if info.file_size else 0.0
+        size = f"{verdict.draft.file_size / GIB:.2f} GiB ({share:.0%})"
+        table.add_row(c.label, verdict.draft.family, size, ok, why)
     if rows:
         console.print(table)
     else:

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         export = probe.export_command(chosen, target, args.export)
     report(args, console, run, export)
     if args.save and ranking and not interrupted:
-        saved = probe.save(target, ranking, run.measurements)
+        saved = probe.save(target, ranking, run.measurements, run.notes)
         console.print(f"saved for --mode auto: {saved}")
         if probe.measured_winner(ranking) is None:
             console.print("[yellow]nothing was measured reliably: --mode auto will not use it[/]")
@@ -199,6 +199,9 @@ def run_all(
                     f"ceiling of this machine for drafts up to {max(lengths)} tokens: "
                     f"{run.ceiling:.2f}x"
                 )
+                if (note := probe.compute_bound_note(cost)) is not None:
+                    console.print(f"note: {note}")
+                    run.notes.append(note)
             engine.use_cost(cost)
             configs = [ProbeConfig(mode, n, str(draft) if draft else None) for n in lengths]
             for m in probe.measure(engine, configs, prompts, **gen):  # type: ignore[arg-type]

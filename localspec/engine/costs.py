@@ -81,6 +81,18 @@ class VerifyCost:
         """The best speedup any drafting could give here: max over n of n * t(1) / t(n)."""
         return float(np.max(self._throughput_gains()))
 
+    def break_even_draft_cost(self) -> float:
+        """The most a drafted token may cost, as a share of a one-token step, for drafting
+        to pay at all, every draft being accepted: max over batches of n rows of
+        (n - t(n)/t(1)) / (n - 1). Near 0 where verifying a batch costs what its tokens cost
+        one by one (a compute-bound target): there only drafts that cost nothing pay."""
+        wide = self.sizes > 1
+        if not wide.any() or self.seconds[0] <= 0:
+            return 0.0
+        n = self.sizes[wide]
+        saved = n - self.seconds[wide] / self.seconds[0]
+        return float(max(0.0, np.max(saved / (n - 1))))
+
     def ceiling_batch(self) -> tuple[int, float]:
         """The batch where the ceiling is reached: its size, and its measured seconds."""
         i = int(np.argmax(self._throughput_gains()))
