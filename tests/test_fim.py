@@ -4,6 +4,7 @@ Qwen2.5-Coder-0.5B (which has FIM tokens), shaped as llama.vim and Tabby send th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,12 @@ from hypothesis import strategies as st
 
 from localspec import Engine, ExtraFile, FimPrompt
 from localspec.engine.fim import MiddleEnd, fim_tokens, suffix_anchor
+from localspec.engine.loop import RoundEvent
+from localspec.engine.stats import Stats
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
 from localspec.server.app import ServerSettings
+from localspec.server.fim_stream import ended_at_suffix
 from tests.test_server import LiveServer, post
 
 # ----- where a middle ends (pure) -----------------------------------------------------------
@@ -283,3 +287,56 @@ def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -
     assert len(data["keystrokes"]["first_token_s"]) >= 4
     for case in data["cases"].values():
         assert len(case["plain"]["seconds"]) == len(case["speculative"]["seconds"]) == 1
+
+
+class Events:
+    """A generation's events as a server route reads them (a ``GenerationStream``'s
+    interface), from a fixed list of texts."""
+
+    def __init__(self, texts: list[str]) -> None:
+        last = len(texts) - 1
+        self.events = [
+            RoundEvent(t, (i,), (False,), Stats(n_tokens=i + 1), "length" if i == last else None)
+            for i, t in enumerate(texts)
+        ]
+        self.closed = False
+
+    def __aiter__(self) -> Events:
+        return self
+
+    async def __anext__(self) -> RoundEvent:
+        if self.closed or not self.events:
+            raise StopAsyncIteration
+        return self.events.pop(0)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+SUFFIX = "\n\n\ndef div(a, b):\n    if b == 0:\n        raise ZeroDivisionError('b is zero')\n"
+
+
+async def read_all(stream: object) -> list[RoundEvent]:
+    return [event async for event in stream]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cut", [1, 5, 17])
+def test_a_suffix_request_ends_where_the_middle_rejoins_the_suffix(cut: int) -> None:
+    """/v1/completions and /api/generate with a suffix: a middle that goes on into the
+    suffix's code is cut before it (however the stream is split), the answer says stop,
+    and the generation is stopped."""
+    written = "    return a * b\n\n\ndef div(a, b):\n    if b == 0:\n        raise Zero"
+    pieces = [written[i : i + cut] for i in range(0, len(written), cut)]
+    events = Events(pieces)
+    out = asyncio.run(read_all(ended_at_suffix(events, FimPrompt("def mul(a, b):\n", SUFFIX))))  # type: ignore[arg-type]
+    assert "".join(e.text for e in out) == "    return a * b"
+    assert out[-1].finish_reason == "stop" and events.closed
+
+
+def test_a_middle_that_does_not_rejoin_the_suffix_is_sent_whole() -> None:
+    written = ["    return a * b\n", "\n", "# done", "\n"]
+    out = asyncio.run(read_all(ended_at_suffix(Events(written), FimPrompt("x", SUFFIX))))  # type: ignore[arg-type]
+    assert "".join(e.text for e in out) == "".join(written)
+    assert out[-1].finish_reason == "length"
+    plain = Events(written)
+    assert ended_at_suffix(plain, "text") is plain  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ from localspec.server.anthropic_routes import ENDPOINT as MESSAGES_PATH
 from localspec.server.anthropic_routes import AnthropicRoutes
 from localspec.server.anthropic_routes import error_response as anthropic_error
 from localspec.server.completion_routes import CompletionRoutes
+from localspec.server.fim_stream import ended_at_suffix
 from localspec.server.guard import (
     OriginCORS,
     body_type_allowed,
@@ -404,7 +405,7 @@ class Server:
             scored = await self.score_prompt(request, req)
             if req.token_limit == 0:  # echo alone: nothing to generate
                 return Reply(self, req, "none", endpoint, scored=scored).echoed(n_prompt)
-            events = await self.start(request, args)
+            events = ended_at_suffix(await self.start(request, args), args["prompt"])
         except ApiError as exc:
             self.ended(endpoint, exc.status)
             return exc.response()

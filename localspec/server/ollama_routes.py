@@ -39,6 +39,7 @@ from localspec.engine.model_context import runs_on_cpu
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_for
 from localspec.errors import LocalspecError
+from localspec.server.fim_stream import ended_at_suffix
 from localspec.server.host import RouteHost
 from localspec.server.reply import ShuttingDown, client_gone, generation_failed, stop_when_gone
 from localspec.server.runner import GenerationStream
@@ -189,7 +190,7 @@ class OllamaRoutes:
             openai = self.openai_request(translation)
             args = self.server.generation_args(openai, partition)
             args.pop("n_prompt")
-            events = await self.server.start(request, args)
+            events = ended_at_suffix(await self.server.start(request, args), args["prompt"])
         except ApiError as exc:
             self.server.ended(endpoint, exc.status)
             return error_response(exc)
