@@ -220,14 +220,14 @@ def test_a_draft_model_drafts_for_every_slot_in_one_batch(pair_slots: Engine) ->
     step = float(real(np.array([1]))[0])
     pair_slots.use_cost(VerifyCost(sizes, np.full(sizes.shape, step)))  # rows cost nothing
     try:
-        totals = pair_slots.scheduler().totals
-        decodes, rows = totals.draft_decodes, totals.draft_rows
+        drafts = pair_slots.scheduler().drafts
+        decodes, rows = drafts.decodes, drafts.rows
         results = pair_slots.generate_many([code_edit()] * 3, max_tokens=48)
     finally:
         pair_slots.use_cost(real)
     assert all(r.stats.drafted > 0 for r in results), [r.stats for r in results]
-    assert totals.draft_decodes - decodes >= 5
-    assert (totals.draft_rows - rows) / (totals.draft_decodes - decodes) >= 2.0
+    assert drafts.decodes - decodes >= 5
+    assert (drafts.rows - rows) / (drafts.decodes - decodes) >= 2.0
     for result in results:
         report = compare(reference.tokens, reference.margins, result.tokens, reference.runners_up)
         assert report.ok, report

@@ -1,7 +1,9 @@
 """Parallel slots: several generations verified in one batch per step.
 
-One thread owns llama.cpp. Each step it asks every decoding slot's loop for its round
-(``SpeculativeLoop.plan``: the draft its own controller wants), cuts the drafts to what pays
+One thread owns llama.cpp. Each step it sizes the drafts of the slots whose drafter pays
+for every token (a draft model) by the budget, asks every decoding slot's loop for its
+round (``SpeculativeLoop.plan_steps``: the draft its own controller wants; a draft model
+drafts for all slots at once, ``side_by_side.py``), cuts the lookups' drafts to what pays
 for the whole batch (``budget.allocate``: at one generation nothing is cut; on a
 compute-bound batch drafts go first), adds a chunk of any prompt still being read, decodes
 everything in one ``llama_decode`` (``StepBatch``), and hands each slot its rows
@@ -22,16 +24,16 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from localspec.engine.budget import DraftDemand, allocate
-from localspec.engine.costs import DraftPassCost, VerifyCost
-from localspec.engine.drafting import DecodeRequest, Steps
+from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
 from localspec.engine.prompt_cache import PromptCache
+from localspec.engine.side_by_side import PlannedRound, SideBySideDrafts
 from localspec.engine.step_batch import BatchPart, StepBatch, passes
 from localspec.errors import LocalspecError
 
@@ -92,18 +94,6 @@ class Slot:
         return self.work is not None and not self.pending
 
 
-@dataclass
-class SlotRound:
-    """A slot's round being planned: its steps (``SpeculativeLoop.plan_steps``), the draft
-    decode it waits for, its plan once made, and the drafting time that is its own."""
-
-    slot: Slot
-    steps: Steps[RoundPlan]
-    request: DecodeRequest | None = None
-    plan: RoundPlan | None = None
-    spent: float = 0.0
-
-
 @dataclass(frozen=True)
 class StepFigures:
     """The last step, for /metrics and the server's log."""
@@ -127,8 +117,6 @@ class StepTotals:
     drafted_shared: int = 0
     prompt_rows: int = 0  # prompt tokens read (what the slots' and the host caches lacked)
     moves: int = 0  # caches moved to close a gap between busy sequence ids
-    draft_decodes: int = 0  # the draft model's decodes shared by several slots' drafts
-    draft_rows: int = 0  # and the rows they held
     # the same two counts by how many generations answered in the step
     wanted_by_width: Counter[int] = field(default_factory=Counter)
     drafted_by_width: Counter[int] = field(default_factory=Counter)
@@ -156,8 +144,7 @@ class BatchScheduler:
         self.figures = StepFigures()
         self.totals = StepTotals()
         self._batch = StepBatch(target)
-        self._draft_batch = StepBatch(draft) if draft is not None else None
-        self._draft_passes = DraftPassCost()
+        self.drafts = SideBySideDrafts(draft, len(self.slots), cost)
         self._waiting: deque[SlotRequest] = deque()
         self._changed = threading.Condition()
         self._closed = False
@@ -197,8 +184,7 @@ class BatchScheduler:
             if self._thread.is_alive():
                 return False
         self._batch.free()
-        if self._draft_batch is not None:
-            self._draft_batch.free()
+        self.drafts.free()
         return True
 
     # ----- the scheduler's thread ----------------------------------------------------------
@@ -346,81 +332,11 @@ class BatchScheduler:
                 if loop.context_full():
                     self._emit(slot, loop.end_at_length())
                     continue
-                rounds.append(SlotRound(slot, loop.plan_steps(caps.get(slot.index))))
+                rounds.append(PlannedRound(slot.index, loop.plan_steps(caps.get(slot.index))))
             except BaseException as exc:
                 self._end(slot, exc)
-        waiting = [r for r in rounds if self._advance(r, None)]
-        while waiting:
-            rows = self._decode_drafts(waiting)
-            waiting = [r for r, row in zip(waiting, rows, strict=True) if self._advance(r, row)]
-        return [(r.slot, replace(r.plan, draft_s=r.spent)) for r in rounds if r.plan is not None]
-
-    def _advance(self, round_: SlotRound, row: np.ndarray | None) -> bool:
-        """Run a slot's round to its next draft decode (True) or to its plan (False); the
-        time goes to its drafting."""
-        t0 = time.perf_counter()
-        try:
-            round_.request = round_.steps.send(row)  # type: ignore[arg-type]
-            return True
-        except StopIteration as done:
-            round_.plan = done.value
-            return False
-        except BaseException as exc:
-            self._end(round_.slot, exc)
-            return False
-        finally:
-            round_.spent += time.perf_counter() - t0
-
-    def _decode_drafts(self, rounds: list[SlotRound]) -> list[np.ndarray | None]:
-        """The draft model's rows for the rounds' requests: one decode for all that fit a
-        batch (each round's share of its time goes to its drafting), any other alone. A
-        failed decode ends the rounds it served (None)."""
-        assert self._draft_batch is not None
-        rows: list[np.ndarray | None] = [None] * len(rounds)
-        shared: list[int] = []
-        room = self._draft_batch.capacity
-        for i, r in enumerate(rounds):
-            assert r.request is not None
-            if len(r.request.tokens) <= room and len(rounds) > 1:
-                shared.append(i)
-                room -= len(r.request.tokens)
-                continue
-            try:  # a long catch-up, or the only round drafting: decoded on its own
-                t0 = time.perf_counter()
-                rows[i] = r.request.sequence.decode(r.request.tokens)[0].copy()
-                r.spent += time.perf_counter() - t0
-            except BaseException as exc:
-                self._end(r.slot, exc)
-                continue
-            self._time_draft_pass(len(r.request.tokens), time.perf_counter() - t0)
-        if not shared:
-            return rows
-        parts = []
-        for i in shared:
-            request = rounds[i].request
-            assert request is not None
-            parts.append(BatchPart(request.sequence, request.tokens, 1))
-        t0 = time.perf_counter()
-        try:
-            decoded = self._draft_batch.decode(parts)
-        except BaseException as exc:
-            for i in shared:
-                self._end(rounds[i].slot, exc)
-            return rows
-        elapsed = time.perf_counter() - t0
-        total = sum(len(p.tokens) for p in parts)
-        self._time_draft_pass(total, elapsed)
-        for i, part, part_rows in zip(shared, parts, decoded, strict=True):
-            rows[i] = part_rows[0].copy()  # views of one buffer: the next decode overwrites it
-            rounds[i].spent += elapsed * len(part.tokens) / total
-        self.totals.draft_decodes += 1
-        self.totals.draft_rows += total
-        return rows
-
-    def _time_draft_pass(self, rows: int, seconds: float) -> None:
-        cost = self.cost()
-        if cost is not None and rows <= len(self.slots):  # a catch-up is no drafting pass
-            self._draft_passes.observe(rows, seconds, cost)
+        planned = self.drafts.plan(rounds, lambda i, exc: self._end(self.slots[i], exc))
+        return [(self.slots[i], plan) for i, plan in planned]
 
     def _chunks(self, room: int, busy: bool) -> list[tuple[Slot, list[int]]]:
         """Prompt chunks for this step: aligned on PREFILL_CHUNK positions (as a reproducible
@@ -494,28 +410,9 @@ class BatchScheduler:
             self._batch.capacity,
             add_margin=SHARED_STEP_MARGIN,
             step_seconds=self._step_seconds(answering, [], cost),
-            draft_seconds=self._draft_seconds(cost, one_row),
+            draft_seconds=self.drafts.seconds(cost, one_row),
         )
         return {index: lengths[i] for index, i in paying.items()}
-
-    def _draft_seconds(self, cost: VerifyCost, one_row: float) -> Callable[[Sequence[int]], float]:
-        """What drafting given lengths costs when the draft model drafts for every slot at
-        once: a pass per draft position, as wide as the slots still drafting there."""
-        by_rows = [
-            self._draft_passes.seconds(n, cost, one_row) if n else 0.0
-            for n in range(len(self.slots) + 1)
-        ]
-
-        def seconds(lengths: Sequence[int]) -> float:
-            drafting = sorted((k for k in lengths if k), reverse=True)
-            total, position = 0.0, 0
-            for width in range(len(drafting), 0, -1):  # the widest passes come first
-                deepest = drafting[width - 1]
-                total += by_rows[width] * (deepest - position)
-                position = deepest
-            return total
-
-        return seconds
 
     def _budget(
         self,
