@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from localspec.engine.llama_lib import weight_repacking
 from localspec.engine.model_context import FlashAttn
 from localspec.errors import LocalspecError
 from localspec.modes import parse_mode
@@ -48,6 +49,13 @@ def spec_type(mode: str) -> str:
     return ",".join(_SPEC_TYPES[part] for part in parse_mode(mode))
 
 
+def weight_flags() -> list[str]:
+    """llama.cpp's tools load the weights as localspec does: without repacked or AMX
+    buffers where localspec goes without them (``llama_lib.weight_repacking``), for the
+    same kernels on both sides, and because their AMX products crash on the same CPUs."""
+    return [] if weight_repacking() else ["--no-repack"]
+
+
 def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float) -> list[str]:
     """The llama-speculative-simple command line for one cell."""
     cmd = [
@@ -84,6 +92,7 @@ def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float)
         spec_type(mode),
         "--spec-draft-n-max",
         str(s.n_max),
+        *weight_flags(),
     ]
     if "draft-model" in parse_mode(mode):
         if s.draft is None:

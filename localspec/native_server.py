@@ -83,6 +83,7 @@ def server_command(s: ServerSettings, parallel: int, port: int, mode: str) -> li
         "--port",
         str(port),
         "--no-webui",
+        *native.weight_flags(),
     ]
     if mode != "none":
         cmd += ["--spec-type", native.spec_type(mode), "--spec-draft-n-max", str(s.n_max)]

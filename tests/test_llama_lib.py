@@ -50,3 +50,31 @@ def test_the_handler_keeps_an_ignored_sigint_ignored(monkeypatch: pytest.MonkeyP
         assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_amx_kernels_are_left_out_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp's AMX products crash on some AMX CPUs: a build with them loads weights
+    without extra buffer types, and llama.cpp's own tools are told the same."""
+    from pathlib import Path
+
+    from localspec import native
+
+    monkeypatch.delenv(llama_lib.AMX_VARIABLE, raising=False)
+    monkeypatch.setattr(llama_lib, "amx_built_in", lambda: True)
+    s = native.NativeSettings(Path("/bin"), Path("/m/t.gguf"), None, 8, 2, 512, 4, "off")
+    assert not llama_lib.weight_repacking()
+    assert "--no-repack" in native.command(s, "ngram-simple", Path("/p"), 0.0)
+    monkeypatch.setenv(llama_lib.AMX_VARIABLE, "1")
+    assert llama_lib.weight_repacking()
+    assert "--no-repack" not in native.command(s, "ngram-simple", Path("/p"), 0.0)
+    monkeypatch.setattr(llama_lib, "amx_built_in", lambda: False)
+    monkeypatch.delenv(llama_lib.AMX_VARIABLE)
+    assert llama_lib.weight_repacking()
+
+
+def test_this_build_loads_and_decodes_a_k_quant_model(qwen_path) -> None:  # type: ignore[no-untyped-def]
+    """The model every suite uses decodes here (on an AMX CPU its AMX product crashed)."""
+    from localspec.api import Engine
+
+    with Engine.load(str(qwen_path), n_ctx=256) as engine:
+        assert engine.generate("def add(a, b):", max_tokens=4, mode="none").text

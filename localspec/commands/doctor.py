@@ -6,6 +6,7 @@ import argparse
 import platform
 
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
+from localspec.engine.llama_lib import AMX_VARIABLE, amx_built_in, weight_repacking
 from localspec.hardware import machine_load
 from localspec.progress import report_console
 
@@ -31,6 +32,16 @@ def run(args: argparse.Namespace) -> int:
         f"llama-cpp-python {llama_cpp.__version__}; GPU offload "
         f"{'available' if llama_cpp.llama_supports_gpu_offload() else 'not built in (CPU)'}"
     )
+    if amx_built_in():
+        console.print(
+            "AMX kernels built in: "
+            + (
+                f"on ({AMX_VARIABLE}=1)"
+                if weight_repacking()
+                else "not used (llama.cpp's AMX products crash on some CPUs; weights load "
+                f"without repacking; {AMX_VARIABLE}=1 turns them on)"
+            )
+        )
     args.mode, args.draft = "ngram-simple", None
     with Engine.load(**engine_options(args)) as engine:
         cost = engine.verify_cost()

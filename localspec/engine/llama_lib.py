@@ -15,6 +15,12 @@ import llama_cpp
 
 from localspec.interrupts import defer_interrupt, llama_callback
 
+# llama.cpp's AMX weight buffers crash (SIGSEGV in ggml_backend_amx_mul_mat) on some AMX
+# CPUs with K-quant models (llama.cpp issue 20824; a Sapphire Rapids VM here): a crash takes a
+# whole server and its clients with it, so a build with AMX kernels loads weights without
+# llama.cpp's extra buffer types unless this variable is set to 1
+AMX_VARIABLE = "LOCALSPEC_AMX"
+
 _recent: collections.deque[str] = collections.deque(maxlen=40)
 _logged = 0  # lines logged so far: a mark from which a failure's own lines are told apart
 _initialised = False
@@ -57,3 +63,16 @@ def recent_log(n: int = 6, since: int | None = None) -> str:
     lines = [ln.strip() for ln in kept if ln.strip()]
     errors = [ln for ln in lines if any(w in ln.lower() for w in ("error", "fail", "invalid"))]
     return " | ".join((errors or lines)[-n:])
+
+
+def amx_built_in() -> bool:
+    """Whether this llama.cpp was built with its AMX kernels (on an AMX CPU, natively)."""
+    ensure_initialised()
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
+
+
+def weight_repacking() -> bool:
+    """Whether model weights may go to llama.cpp's extra CPU buffer types (repacked
+    layouts, AMX tiles): not where AMX kernels are built in, unless ``LOCALSPEC_AMX=1``
+    says they work on this machine (``AMX_VARIABLE``)."""
+    return not amx_built_in() or os.environ.get(AMX_VARIABLE) == "1"

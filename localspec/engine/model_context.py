@@ -25,7 +25,12 @@ from typing import Literal, get_args
 import llama_cpp
 import numpy as np
 
-from localspec.engine.llama_lib import ensure_initialised, log_mark, recent_log
+from localspec.engine.llama_lib import (
+    ensure_initialised,
+    log_mark,
+    recent_log,
+    weight_repacking,
+)
 from localspec.errors import EngineFailure, GenerationCancelled, LocalspecError
 from localspec.hardware import default_threads
 from localspec.interrupts import (
@@ -168,6 +173,7 @@ class ModelContext:
         if options.n_gpu_layers is not None:
             params.n_gpu_layers = options.n_gpu_layers
         params.load_mtp = options.load_mtp
+        params.use_extra_bufts = weight_repacking()
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         try:
             raise_deferred_interrupt()
