@@ -68,3 +68,42 @@ def test_a_draft_says_how_long_a_key_it_matched() -> None:
     drafter = NgramDrafter(NgramParams(size_n=12, size_m=8, min_n=2))
     assert drafter.propose(history[:45], 8).match == 12  # 13 tokens back match: the full key
     assert drafter.propose([*history[:45], 7, 8], 8).match == 2  # only "7 8" recurs
+
+
+def test_a_copy_is_picked_back_up_after_a_renamed_identifier() -> None:
+    """Source 14 15 16 17 ...; the output copies up to 13, writes 50 51 where the source has
+    14 15 (a new name), then 16: every key holding 50 or 51 matches nowhere, but the copy
+    resumes after the source's 16."""
+    source = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]
+    prompt = [1, 2, 3, *source, 7, 8, 10, 11, 12, 13]
+    drafter = NgramDrafter(NgramParams(size_n=6, size_m=8, min_n=4))
+    copied = drafter.propose(prompt, 8)
+    assert copied.tokens == [14, 15, 16, 17, 18, 19, 20, 21] and copied.match == 4
+    resumed = drafter.propose([*prompt, 50, 51, 16], 8)
+    assert resumed.tokens == [17, 18, 19, 20, 21, 22, 23, 7] and resumed.match == 1
+    # the resumed copy is followed in turn: a second rename two tokens on
+    again = drafter.propose([*prompt, 50, 51, 16, 17, 60, 19], 8)
+    assert again.tokens == [20, 21, 22, 23, 7, 8, 10, 11]
+
+
+def test_no_copy_is_resumed_far_from_where_the_output_left_it() -> None:
+    source = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    prompt = [*source, 7, 8, 10, 11, 12, 13]
+    drafter = NgramDrafter(NgramParams(size_n=6, size_m=8, min_n=4))
+    assert drafter.propose(prompt, 8).tokens[:2] == [14, 15]
+    # nine tokens of its own since the departure: the copy is left for good
+    assert drafter.propose([*prompt, *range(40, 48), 16], 8).tokens == []
+    # the output's last token is nowhere in the source after the departure
+    assert drafter.propose(prompt, 8).tokens[:2] == [14, 15]
+    assert drafter.propose([*prompt, 50, 99], 8).tokens == []
+    assert drafter.propose([*prompt, 50, 99, 17], 8).tokens[:2] == [18, 19]  # until it is
+    # a new generation forgets the copy
+    assert drafter.propose([60, 61, 62, 63, 16], 8).tokens == []
+
+
+def test_llama_cpps_exact_lookup_resumes_no_copy() -> None:
+    source = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]
+    prompt = [1, 2, 3, *source, 7, 8, 10, 11, 12, 13]
+    drafter = NgramDrafter(NgramParams(size_n=4, size_m=8, min_n=4))
+    assert drafter.propose(prompt, 8).tokens[:2] == [14, 15]
+    assert drafter.propose([*prompt, 50, 51, 16], 8).tokens == []

@@ -8,11 +8,19 @@ earlier occurrences the key needs before it is trusted. Where the most recent ma
 supply a full draft (it lies just behind the end, in repetitive text), the most recent one
 that can is used (``find_last_match``); llama.cpp drafts nothing there.
 
-One addition, off with ``min_n = size_n``: when the full key has no match, shorter keys
+Two additions, off with ``min_n = size_n``. When the full key has no match, shorter keys
 (down to ``min_n``) are tried, with drafts of at most twice the key's length. After the
 output departs from the text it copies (a renamed identifier, say), llama.cpp needs
 ``size_n`` fresh tokens before it can draft again; the shorter keys pick the copy back up
 after a couple of tokens. The adaptive controller bounds what a poor short-key draft costs.
+
+And where no key matches, the copy is picked back up where it was left (re-alignment).
+A sibling function with renamed identifiers departs from its model for a token or three and
+then goes on as it did; every key that holds the new name matches nowhere, but the place in
+the source is known: the drafter remembers where its last draft came from, and looks for
+the output's last token in the few source tokens after the point of departure. A draft from
+there says ``match=1`` (one token of evidence, judged by the controller's odds per key
+length like any weak match). ``min_n = size_n`` turns it off with the shorter keys.
 """
 
 from __future__ import annotations
@@ -28,6 +36,21 @@ from localspec.engine.drafting import Draft
 # chance in prose): its draft is capped at this many times the key length. When the copy
 # really resumes, the next rounds have the full key again and draft size_m tokens.
 SHORT_KEY_FACTOR = 2
+# re-alignment: source tokens after the point of departure searched for the output's last
+# token, output tokens after it within which a copy may resume, and the longest draft made
+REALIGN_WINDOW = 16
+REALIGN_AFTER = 8
+REALIGN_DRAFT = 8
+
+
+@dataclass(frozen=True)
+class CopyPlace:
+    """Where a draft came from: the history index its first token was copied from, how long
+    the history was when it was made, and its tokens."""
+
+    source: int
+    made_at: int
+    tokens: list[int]
 
 
 @dataclass(frozen=True)
@@ -46,6 +69,7 @@ class NgramDrafter:
         self.params = params or NgramParams()
         self._history = np.zeros(0, dtype=np.int32)
         self._known: list[int] = []  # the context the history array was built from
+        self._copy: CopyPlace | None = None  # the last draft's place (re-alignment)
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._sync(prompt)
@@ -62,9 +86,17 @@ class NgramDrafter:
             want = size_m if n >= self.params.size_n else min(size_m, SHORT_KEY_FACTOR * n)
             start = find_last_match(history, n, self.params.min_hits, want, occurrences)
             if start is not None:
-                follow = history[start + n : start + n + want]
-                return Draft(follow.tolist(), match=n)
-        return Draft()
+                return self._copied(history, start + n, want, n)
+        exact = self.params.min_n >= self.params.size_n  # llama.cpp's own behaviour
+        resume = None if exact else realigned(history, self._copy)
+        if resume is None:
+            return Draft()
+        return self._copied(history, resume, min(size_m, REALIGN_DRAFT), 1)
+
+    def _copied(self, history: np.ndarray, source: int, want: int, match: int) -> Draft:
+        tokens = history[source : source + want].tolist()
+        self._copy = CopyPlace(source, history.size, tokens)
+        return Draft(tokens, match=match)
 
     def _key_lengths(self) -> range:
         low = max(1, min(self.params.min_n, self.params.size_n))
@@ -79,6 +111,7 @@ class NgramDrafter:
         else:
             self._known, new = [], list(context)
             self._history = np.zeros(0, dtype=np.int32)
+            self._copy = None
         if new:
             self._known.extend(new)
             self._history = np.concatenate([self._history, np.asarray(new, dtype=np.int32)])
@@ -90,6 +123,29 @@ class NgramDrafter:
     def close(self) -> None:
         self._history = np.zeros(0, dtype=np.int32)
         self._known = []
+        self._copy = None
+
+
+def realigned(history: np.ndarray, copy: CopyPlace | None) -> int | None:
+    """Where the copy ``copy`` was taken from resumes, given the output since it was made
+    (the end of ``history``): past the tokens the output followed, at the first of the next
+    REALIGN_WINDOW source tokens that holds the output's last token; None if the output
+    left the copy more than REALIGN_AFTER tokens ago, or nothing there matches."""
+    if copy is None or history.size <= copy.made_at:
+        return None
+    since = history[copy.made_at :]
+    followed = 0
+    while followed < min(len(copy.tokens), since.size) and since[followed] == copy.tokens[followed]:
+        followed += 1
+    departure = copy.source + followed
+    own = since.size - followed  # the output's tokens since it left the copy
+    if own == 0:
+        return departure if departure < copy.made_at else None
+    if own > REALIGN_AFTER:
+        return None
+    window = history[departure : min(departure + REALIGN_WINDOW, copy.made_at - 1)]
+    hits = np.flatnonzero(window == history[-1])
+    return departure + int(hits[0]) + 1 if hits.size else None
 
 
 def tail_occurrences(history: np.ndarray, max_n: int) -> tuple[np.ndarray, np.ndarray]:
