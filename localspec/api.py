@@ -26,7 +26,7 @@ from localspec import api_checks as checks
 from localspec.drafters.ngram import NgramParams
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
-from localspec.engine.fim import FimPrompt, fim_tokens
+from localspec.engine.fim import FimPrompt, healed_fim_tokens
 from localspec.engine.grammar import Grammar
 from localspec.engine.loop import (
     RoundEvent,
@@ -241,11 +241,23 @@ class Engine:
     ) -> list[int]:
         # the vocabulary is only read: no need to wait for a running round (the server
         # tokenizes a new request on its event loop while another is being answered)
+        return self._prompt_tokens(prompt, chat, system, tools)[0]
+
+    def _prompt_tokens(
+        self,
+        prompt: Prompt,
+        chat: bool,
+        system: str | None,
+        tools: Sequence[dict[str, Any]] | None,
+    ) -> tuple[list[int], str]:
+        """The prompt's tokens as they are read, and the text of its end given back to the
+        model to write again (a fill-in-the-middle prompt's last typed token: token
+        healing; "" for any other prompt)."""
         self._turns.refuse_if_closed()
         if isinstance(prompt, FimPrompt):
-            return fim_tokens(self.target, prompt, self.target_path.name)
+            return healed_fim_tokens(self.target, prompt, self.target_path.name)
         chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
-        return build_prompt(self.target, prompt, chat, system, tools)
+        return build_prompt(self.target, prompt, chat, system, tools), ""
 
     def modelled_times(self, spec: SpecConfig) -> ModelledTimes:
         """Round costs from the calibration (see ``ModelledTimes``): lookups draft for
@@ -449,9 +461,9 @@ class Engine:
             )
         spec = s.spec or self.spec
         spec.validate()
-        tokens = self.tokenize_prompt(prompt, chat, system, s.tools)
+        tokens, healed = self._prompt_tokens(prompt, chat, system, s.tools)
         grammar = Grammar(self.target, s.grammar) if s.grammar is not None else None
-        return GenerationJob(s, sampling, mode, spec, tokens, grammar, record_margins)
+        return GenerationJob(s, sampling, mode, spec, tokens, grammar, record_margins, healed)
 
     def score(self, text: str, top: int = 0) -> list[tuple[int, TokenLogprob | None]]:
         """Each token of ``text`` (tokenized as a raw prompt, without the BOS token the

@@ -43,6 +43,7 @@ class GenerationJob:
     tokens: list[int]
     grammar: Grammar | None
     record_margins: bool
+    healed: str = ""  # the prompt's end given back to the model to write (token healing)
 
 
 class GenerationFactory:
@@ -204,6 +205,7 @@ class GenerationFactory:
                 s.reproducible,
                 state,
                 times,
+                job.healed,
             )
         except BaseException:
             close()

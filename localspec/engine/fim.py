@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from localspec.engine.healing import healed_end
 from localspec.errors import LocalspecError
 
 # the names llama-server's /infill gives the repository and the file being edited: the same
@@ -39,6 +40,9 @@ class FimVocab(Protocol):
     def tokenize(
         self, text: str, add_special: bool = False, parse_special: bool = False
     ) -> list[int]: ...
+
+    def piece(self, token: int) -> bytes: ...
+    def is_eog(self, token: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,18 @@ def fim_tokens(vocab: FimVocab, fim: FimPrompt, model_name: str = "the model") -
     tokens += _repository(vocab, fim.extra, text)
     tokens += [ids["pre"], *text(fim.prefix), ids["suf"], *text(fim.suffix), ids["mid"]]
     return tokens + text(fim.typed)
+
+
+def healed_fim_tokens(
+    vocab: FimVocab, fim: FimPrompt, model_name: str = "the model"
+) -> tuple[list[int], str]:
+    """``fim_tokens`` with the typed text's last token given back to the model to write
+    again (token healing, ``healing.py``), and that token's text: a line typed up to its
+    indentation ends on a whitespace token after which the model's own tokens no longer fit
+    (it wrote ``" return"`` after four typed spaces)."""
+    tokens = fim_tokens(vocab, fim, model_name)
+    typed = vocab.tokenize(fim.typed, add_special=False, parse_special=False) if fim.typed else []
+    return healed_end(vocab, tokens, keep=len(tokens) - len(typed))
 
 
 def _repository(vocab: FimVocab, extra: Sequence[ExtraFile], text) -> list[int]:  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from localspec.engine.healing import HealedStart
 from localspec.engine.llama_lib import log_mark, recent_log
 from localspec.engine.model_context import ModelContext
 from localspec.engine.schema_checks import reference_problem, shape_problem, unsatisfiable
@@ -223,7 +224,7 @@ class ConstrainedRows:
         self,
         rows: np.ndarray,
         draft: Sequence[int],
-        state: GrammarState,
+        state: GrammarState | HealedStart,
         temperature: float | None,
         near: float,
     ) -> None:
@@ -231,7 +232,7 @@ class ConstrainedRows:
         > 0, those within ``near`` of it too, for tie-aware comparisons)."""
         self.rows, self.draft = rows, list(draft)
         self.temperature, self.near = temperature, near
-        self._state = state.clone()
+        self._state: GrammarState | HealedStart = state.clone()
         self._done: list[np.ndarray] = []
 
     def __len__(self) -> int:

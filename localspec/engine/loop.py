@@ -20,6 +20,7 @@ from localspec.engine.adaptive import FixedLengthController, ShadowCheck
 from localspec.engine.costs import ModelledTimes
 from localspec.engine.drafting import Draft, Drafter, SteppedDrafter, Steps, decode_directly
 from localspec.engine.grammar import ConstrainedRows, GrammarState
+from localspec.engine.healing import HealedStart
 from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.output import OutputAssembler
 from localspec.engine.shadow import ShadowRounds
@@ -170,13 +171,16 @@ class SpeculativeLoop:
         reproducible: bool = False,
         grammar: GrammarState | None = None,
         times: ModelledTimes | None = None,
+        healed: str = "",
     ) -> None:
         """``logprobs``: report each emitted token's log-probability and that many of the
         most likely alternatives (None: none). ``reproducible``: evaluate the prompt as a
         fresh context would, whatever the cache held (see ``ModelContext.evaluate``).
         ``grammar``: the state of a grammar the output must follow (see grammar.py); the
         loop advances it by every emitted token. ``times``: what the controller is told rounds
-        cost, instead of what they took (a schedule that does not depend on timing)."""
+        cost, instead of what they took (a schedule that does not depend on timing).
+        ``healed``: the prompt's end taken off for the model to write again (token healing,
+        ``healing.py``): its first tokens must write it, and it is not emitted again."""
         if len(prompt) >= target.n_ctx:
             raise LocalspecError(
                 f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx}",
@@ -193,10 +197,13 @@ class SpeculativeLoop:
         self.record_margins = record_margins
         self.logprobs = logprobs
         self.reproducible = reproducible
-        self.grammar = grammar
+        self.grammar: GrammarState | HealedStart | None = grammar
+        if healed and grammar is None:  # a grammar's own rule decides where one applies
+            self.grammar = HealedStart(target.piece_index(), healed.encode())
         self.times = times
         self.draws = TokenDraws(sampling.seed)
-        self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens)
+        given = healed if self.grammar is not grammar else ""
+        self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens, given)
         self.control: DraftControl = control or FixedLengthController(spec.n_max)
         self.control.start()
         self.shadows = ShadowRounds(drafter, self.control) if drafter is not None else None

@@ -25,6 +25,7 @@ from typing import Literal, get_args
 import llama_cpp
 import numpy as np
 
+from localspec.engine.healing import PieceIndex
 from localspec.engine.llama_lib import (
     ensure_initialised,
     log_mark,
@@ -155,6 +156,7 @@ class ModelContext:
         self._batch = _Batch(self.n_batch)
         self._views: dict[int, ModelContext] = {0: self}
         self._pieces: dict[int, bytes] = {}
+        self._piece_index: list[PieceIndex] = []  # shared by the sequences' views
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for token in range(self.n_vocab):
             self._eog[token] = llama_cpp.llama_vocab_is_eog(self.vocab, token)
@@ -459,6 +461,12 @@ class ModelContext:
                 n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, True)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
+
+    def piece_index(self) -> PieceIndex:
+        """Every token's bytes, sorted (token healing: ``healing.py``), built on first use."""
+        if not self._piece_index:
+            self._piece_index.append(PieceIndex(self))
+        return self._piece_index[0]
 
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])

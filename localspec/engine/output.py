@@ -19,7 +19,10 @@ class OutputAssembler:
         is_eog: Callable[[int], bool],
         stop: Sequence[str] = (),
         max_tokens: int | None = None,
+        given: str = "",
     ) -> None:
+        """``given``: text the output starts with that is not emitted (the prompt's end a
+        healed prompt gives back to the model to write again)."""
         self._piece = piece
         self._is_eog = is_eog
         self._stop = [s for s in stop if s]
@@ -27,7 +30,7 @@ class OutputAssembler:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.tokens: list[int] = []
         self.text = ""  # all text decoded so far (cut at a stop string once one is found)
-        self._released = 0  # how much of ``text`` has been handed out
+        self._released = len(given)  # how much of ``text`` has been handed out
         self.finish_reason: str | None = None
         self.stop_word: str | None = None  # the stop string the text ended at
 
