@@ -49,6 +49,9 @@ def assert_nothing_above_the_ceiling(report: dict) -> None:  # type: ignore[type
 def test_probe_ranks_right_with_a_cpu_hog(
     capsys, monkeypatch, tmp_path, cpu_hog, qwen_f16_path, qwen_path, qwen_q4_0_path
 ) -> None:  # type: ignore[no-untyped-def]
+    """Two drafts of the F16 target, both measured and ranked by what was measured. Which
+    is faster depends on the machine: the Q4_0 where its weights are repacked, within 15%
+    of the Q4_K_M (inside a hog's noise) where they are not (an AMX CPU)."""
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))  # nothing saved where users look
     common = ["-n", "48", "--lengths", "8", "--budget", "60"]
     drafts = probe_json(
@@ -60,8 +63,10 @@ def test_probe_ranks_right_with_a_cpu_hog(
         f"{qwen_path},{qwen_q4_0_path}",
         *common,
     )
-    order = [Path(r["draft"]).name for r in drafts["ranking"]]
-    assert order.index(qwen_q4_0_path.name) < order.index(qwen_path.name), drafts["ranking"]
+    ranking = drafts["ranking"]
+    assert {Path(r["draft"]).name for r in ranking} == {qwen_path.name, qwen_q4_0_path.name}
+    speeds = [r["speedup"] for r in ranking]
+    assert speeds == sorted(speeds, reverse=True) and speeds[0] > 1.0, ranking
     assert_nothing_above_the_ceiling(drafts)
 
     lookup = probe_json(capsys, str(qwen_path), "--modes", "ngram-simple", *common)
