@@ -16,9 +16,9 @@ import llama_cpp
 from localspec.interrupts import defer_interrupt, llama_callback
 
 # llama.cpp's AMX weight buffers crash (SIGSEGV in ggml_backend_amx_mul_mat) on some AMX
-# CPUs with K-quant models (llama.cpp issue 20824; a Sapphire Rapids VM here): a crash takes a
-# whole server and its clients with it, so a build with AMX kernels loads weights without
-# llama.cpp's extra buffer types unless this variable is set to 1
+# CPUs with K-quant models (ggml-org/llama.cpp#20824 upstream; a Sapphire Rapids VM here):
+# a crash takes a whole server and its clients with it, so a build with AMX kernels loads
+# weights without llama.cpp's extra buffer types unless this variable is set to 1
 AMX_VARIABLE = "LOCALSPEC_AMX"
 
 _recent: collections.deque[str] = collections.deque(maxlen=40)
