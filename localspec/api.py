@@ -26,7 +26,7 @@ from localspec import api_checks as checks
 from localspec.drafters.ngram import NgramParams
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
-from localspec.engine.fim import FimPrompt, healed_fim_tokens
+from localspec.engine.fim import FimPrompt, fim_tokens, healed_fim_tokens
 from localspec.engine.grammar import Grammar
 from localspec.engine.loop import (
     RoundEvent,
@@ -249,13 +249,17 @@ class Engine:
         chat: bool,
         system: str | None,
         tools: Sequence[dict[str, Any]] | None,
+        heal: bool = True,
     ) -> tuple[list[int], str]:
         """The prompt's tokens as they are read, and the text of its end given back to the
         model to write again (a fill-in-the-middle prompt's last typed token: token
-        healing; "" for any other prompt)."""
+        healing; "" for any other prompt, or with ``heal`` False: a request's grammar
+        decides alone what its first tokens may be)."""
         self._turns.refuse_if_closed()
-        if isinstance(prompt, FimPrompt):
+        if isinstance(prompt, FimPrompt) and heal:
             return healed_fim_tokens(self.target, prompt, self.target_path.name)
+        if isinstance(prompt, FimPrompt):
+            return fim_tokens(self.target, prompt, self.target_path.name), ""
         chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
         return build_prompt(self.target, prompt, chat, system, tools), ""
 
@@ -461,7 +465,7 @@ class Engine:
             )
         spec = s.spec or self.spec
         spec.validate()
-        tokens, healed = self._prompt_tokens(prompt, chat, system, s.tools)
+        tokens, healed = self._prompt_tokens(prompt, chat, system, s.tools, s.grammar is None)
         grammar = Grammar(self.target, s.grammar) if s.grammar is not None else None
         return GenerationJob(s, sampling, mode, spec, tokens, grammar, record_margins, healed)
 

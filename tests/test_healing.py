@@ -102,3 +102,11 @@ def test_a_sampled_middle_writes_the_healed_text_first(engine: Engine) -> None:
         got = engine.generate(fim, max_tokens=3, temperature=1.0, seed=seed, mode="ngram-simple")
         written = b"".join(engine.target.piece(t) for t in got.tokens)
         assert written.startswith(b"    ") and not got.text.startswith("    "), (seed, written)
+
+
+def test_a_request_with_a_grammar_is_not_healed(engine: Engine) -> None:
+    """Its grammar alone says what the first tokens may be: the typed text stays in the
+    prompt, whole, and the middle follows it."""
+    fim = FimPrompt(PREFIX, SUFFIX, (), "    ")
+    got = engine.generate(fim, max_tokens=4, mode="none", grammar="root ::= [a-z ]+")
+    assert got.stats.n_prompt == len(engine.tokenize_prompt(fim)) + 1
