@@ -508,3 +508,39 @@ def test_a_draft_cut_before_verification_still_tells_what_drafting_costs() -> No
     lookup = controller()
     lookup.note_draft_time(16, 0.0)
     assert lookup.paid_draft() is None  # a lookup's drafts are judged once made
+
+
+def test_a_drafter_that_costs_its_answers_sits_the_next_ones_out() -> None:
+    """A drafter that reads every prompt (a draft model) and whose answers it costs (the
+    prompt read and its guesses, no draft repaying them) sits answers out after two such
+    answers in a row: one, then two, then four; an answer it pays for clears that."""
+    ctl = controller(16)
+    ctl.note_catch_up(0.1 * STEP)  # a CPU draft model: reading a prompt costs
+    worked = []
+
+    def answer(kept: Callable[[int], int]) -> None:
+        ctl.start()
+        worked.append(not ctl.sits_out)
+        if ctl.sits_out:
+            return  # the loop neither reads the prompt nor asks for guesses
+        ctl.note_prompt_read(40 * 0.1 * STEP)
+        drive(ctl, CPU, kept, 40, draft_per_token=0.4 * STEP)
+
+    for _ in range(12):
+        answer(lambda k: 0)
+    assert worked == [True, True, False, True, False, False, True] + [False] * 4 + [True]
+    while not worked[-1] or len(worked) == 12:  # eight answers out, then a copy
+        answer(lambda k: k)  # the drafts pay for the prompt read
+    assert len(worked) == 12 + 8 + 1 and ctl._ledger.net > 0
+    answer(lambda k: 0)
+    answer(lambda k: 0)
+    assert worked[-3:] == [True, True, True]  # one loss after a paying answer: no sitting out
+
+
+def test_a_lookup_never_sits_an_answer_out() -> None:
+    ctl = controller(16)  # no catch-up: a lookup reads the prompt for nothing
+    for _ in range(6):
+        ctl.start()
+        assert not ctl.sits_out
+        ctl.note_prompt_read(0.001)
+        drive(ctl, CPU, lambda k: 0, 20)

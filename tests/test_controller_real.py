@@ -14,6 +14,7 @@ from localspec import Engine
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import Draft
+from localspec.engine.model_context import common_prefix_length
 from localspec.prompts import builtin_prompts
 
 STALL_S = 1.0  # another program takes the cores for a second
@@ -64,3 +65,24 @@ def test_a_cost_curve_measured_while_busy_does_not_freeze_speculation(
     with Engine.load(qwen_f16_path, draft=qwen_q4_0_path, mode="draft-model") as engine:
         result = engine.generate(code_edit(), max_tokens=96, temperature=0.0)
     assert result.stats.accepted > 0, result.stats
+
+
+@pytest.mark.slow
+def test_a_draft_model_that_costs_its_answers_sits_the_next_one_out(
+    qwen_f16_path: Path, qwen_q4_0_path: Path
+) -> None:
+    """On a curve where every row costs a step, no draft repays what the draft model spends
+    reading each prompt and guessing: after two such answers the third goes without it (it
+    reads no prompt, makes no check), and its text is the target's own."""
+    prompts = ["def fibonacci(n):", "The capital of France is", "import numpy as np\n# mean"]
+    with Engine.load(qwen_f16_path, draft=qwen_q4_0_path, mode="draft-model") as engine:
+        step = float(engine.verify_cost()(np.array([1]))[0])
+        sizes = np.array([1, 2, 4, 8, 16, 32, 64])
+        engine.use_cost(VerifyCost(sizes, step * sizes.astype(float)))
+        results = [engine.generate(p, max_tokens=12, temperature=0.0) for p in prompts]
+        plain = engine.generate(prompts[-1], max_tokens=12, temperature=0.0, mode="none")
+        assert engine.draft is not None
+        held = common_prefix_length(engine.draft.tokens, engine.target.tokens)
+    assert [r.stats.shadow_checks > 0 for r in results] == [True, True, False]
+    assert held < results[-1].stats.n_prompt  # the draft model never read the third prompt
+    assert results[-1].tokens == plain.tokens

@@ -116,13 +116,14 @@ class CheckingControl:
     """A controller that never drafts and asks for 8-token shadow guesses (the adaptive
     controller's decisions are tested in test_adaptive.py; this checks the loop's part)."""
 
-    draft_length, paused, pauses, shadow_checks = 0, True, 0, 0
+    draft_length, paused, pauses, shadow_checks, sits_out = 0, True, 0, 0, False
 
     def __init__(self) -> None:
         self.calls: list[tuple[float | None, int, bool, int]] = []
 
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
+    def note_prompt_read(self, seconds: float) -> None: ...
     def proposal_length(self) -> int:
         return 0
 

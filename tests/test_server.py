@@ -354,6 +354,9 @@ def test_metrics(base: str) -> None:
         "localspec_mean_acceptance_length",
         "localspec_tokens_per_second_bucket",
         "localspec_queue_depth",
+        "localspec_slots_busy",
+        "localspec_draft_budget",
+        "localspec_draft_models_resting",
     ):
         assert name in text, name
 

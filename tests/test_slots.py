@@ -8,8 +8,10 @@ do not pay when the batch is shared."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import pytest
 from localspec import Engine
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import SpecConfig
+from localspec.engine.model_context import common_prefix_length
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
 from localspec.prompts import builtin_prompts
@@ -253,3 +256,42 @@ def test_a_draft_model_drafts_only_what_a_shared_step_verifies(pair_slots: Engin
     assert all(r.stats.n_tokens == 48 for r in results)
     assert totals.steps - steps >= 40  # the three answered together
     assert totals.wanted_by_width[3] == wanted  # nothing drafted in steps of three
+
+
+@pytest.mark.slow
+def test_a_draft_model_rests_while_the_load_leaves_no_room_for_drafts(
+    pair_slots: Engine,
+) -> None:
+    """On a curve where one extra row is free alone but every row beyond two costs half a
+    step, no draft can pay beside another generation, even one accepted whole: the draft
+    model then reads no prompt and makes no checks for an answer that starts beside others.
+    Alone again, it wakes: it reads the prompt, catches up with the answer so far, and
+    drafts; the answer stays the target's own."""
+    real = pair_slots.verify_cost()
+    step = float(real(np.array([1]))[0])
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    reference = pair_slots.generate(code_edit(), max_tokens=96, mode="none", record_margins=True)
+    pair_slots.use_cost(VerifyCost(sizes, np.full(sizes.size, step)))
+    try:
+        pair_slots.generate_many([code_edit()] * 3, max_tokens=16)  # each controller timed
+        pair_slots.use_cost(VerifyCost(sizes, step * np.maximum(1.0, sizes / 2)))
+        shorts = ["Write a haiku about the sea.", "Name three rivers of Europe and their seas."]
+        with ThreadPoolExecutor(3) as pool:
+            first = [pool.submit(pair_slots.generate, p, max_tokens=12) for p in shorts]
+            time.sleep(0.3)  # the long answer starts while both others are busy
+            long = pair_slots.generate(code_edit(), max_tokens=96)
+            answers = [f.result() for f in first]
+    finally:
+        pair_slots.use_cost(real)
+    held = {
+        slot.index: common_prefix_length(slot.draft.tokens, slot.target.tokens)
+        for slot in pair_slots.scheduler().slots
+        if slot.draft is not None
+    }
+    n_prompt = {r.stats.n_prompt for r in answers}
+    # at most the first short answer, alone for a moment, had its prompt read
+    unread = [i for i, n in held.items() if n < min(n_prompt)]
+    assert len(unread) >= 1, (held, n_prompt)
+    assert long.stats.drafted > 0  # woke once alone
+    report = compare(reference.tokens, reference.margins, long.tokens, reference.runners_up)
+    assert report.ok, report

@@ -124,6 +124,11 @@ class ChainController:
         for part, drafter in zip(self.parts, self.chain.drafters, strict=True):
             part.note_catch_up(drafter.catch_up_per_token)
 
+    def note_prompt_read(self, seconds: float) -> None:
+        """The chain reads prompts for every drafter: none sits an answer out alone."""
+
+    sits_out = False
+
     def proposal_length(self) -> int:
         self.chain.limits = [part.proposal_length() for part in self.parts]
         self.chain.judge = self._judge

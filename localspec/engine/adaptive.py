@@ -83,6 +83,12 @@ MAX_BACKOFF = 4
 # If even a draft accepted in full would gain less than this over plain decoding, drafting
 # cannot pay with this drafter on this machine: stop drafting and checking for this answer.
 HOPELESS_BELOW = 1.05
+# A drafter that reads every prompt (a draft model) can cost an answer more than its drafts
+# save: the prompt read and the opening's guesses. After LOSING_ANSWERS answers in a row that
+# it cost, it sits answers out (reads no prompt, guesses nothing): one, then twice as many
+# after each further losing answer, up to MAX_SIT_OUT; an answer it paid for clears that.
+LOSING_ANSWERS = 2
+MAX_SIT_OUT = 8
 DRAFT_COST_SAMPLES = 5  # recent draft timings whose median is the draft's cost
 SETTLED_SAMPLES = 3  # timings before a drafter may be judged hopeless by its cost
 # A lookup draft whose key matched at least this many tokens (llama.cpp's ngram-simple key) is
@@ -215,6 +221,37 @@ class DraftCost:
         return len(self.samples) >= SETTLED_SAMPLES
 
 
+class AnswerLedger:
+    """What a drafter that reads every prompt gained each answer: the plain-decoding time its
+    verified rounds saved, less what no round repaid (reading the prompt, the guesses of
+    shadow checks); and the answers it sits out after losing ones (LOSING_ANSWERS)."""
+
+    def __init__(self) -> None:
+        self.net = 0.0  # seconds this answer's drafting saved (negative: cost)
+        self.worked = False  # the drafter read this answer's prompt
+        self.losing = 0  # answers in a row that drafting cost
+        self._sit_out = 0  # answers still to sit out
+
+    def open(self) -> bool:
+        """A new answer: settle the last one; whether the drafter sits this one out."""
+        if self.worked:
+            self.losing = self.losing + 1 if self.net < 0 else 0
+            if self.losing >= LOSING_ANSWERS:
+                self._sit_out = min(MAX_SIT_OUT, 2 ** (self.losing - LOSING_ANSWERS))
+        self.net, self.worked = 0.0, False
+        if self._sit_out:
+            self._sit_out -= 1
+            return True
+        return False
+
+    def spent(self, seconds: float) -> None:
+        self.net -= seconds
+        self.worked = True
+
+    def saved(self, seconds: float) -> None:
+        self.net += seconds
+
+
 class FixedLengthController:
     """Drafts ``n_max`` tokens every round, never pauses, never checks (``--no-adaptive``;
     the grammar-forced drafter, whose drafts are dictated and free)."""
@@ -222,6 +259,7 @@ class FixedLengthController:
     paused = False
     pauses = 0
     shadow_checks = 0
+    sits_out = False
 
     def __init__(self, n_max: int) -> None:
         self.n_max = self.draft_length = n_max
@@ -231,6 +269,9 @@ class FixedLengthController:
 
     def note_catch_up(self, seconds_per_token: float | None) -> None:
         """Catching up costs nothing it would act on."""
+
+    def note_prompt_read(self, seconds: float) -> None:
+        """Reading the prompt costs nothing it would act on."""
 
     def proposal_length(self) -> int:
         return self.n_max
@@ -277,6 +318,8 @@ class AdaptiveController:
         self.draft_length = self._resume
         self.hopeless = False  # even perfect acceptance could not beat plain decoding
         self._curve_confirmed = False  # a verified draft has measured a batch's real cost
+        self._ledger = AnswerLedger()
+        self.sits_out = False  # this answer goes without the drafter (``AnswerLedger``)
         self.paused = False
         self.start()
 
@@ -301,12 +344,19 @@ class AdaptiveController:
         # re-learnt each answer (a guess or two): one slow first measurement must not
         # stop a drafter for good
         self.hopeless = False
+        # only a drafter that pays for its tokens (a draft model) reads prompts at a cost
+        paying = self._draft_cost.seen and not self._drafts_cost_nothing()
+        self.sits_out = self._ledger.open() and paying
 
     def note_catch_up(self, seconds_per_token: float | None) -> None:
         """What the drafter pays per token to catch up after a pause (a draft model must
         decode the stretch it skipped before it can draft again; None: nothing)."""
         if seconds_per_token is not None:  # None: not measurable this time (cached prompt)
             self._catch_up = seconds_per_token
+
+    def note_prompt_read(self, seconds: float) -> None:
+        """What the drafter took to read this answer's prompt: drafting must repay it."""
+        self._ledger.spent(seconds)
 
     def _catch_up_is_cheap(self) -> bool:
         """Whether the drafter can check mid-answer: catching up a paused stretch costs it
@@ -398,6 +448,8 @@ class AdaptiveController:
             return  # a plain round (or a lookup that found nothing): nothing to decide
         self._record_draft_cost(n_drafted, draft_s)
         self._curve_confirmed = True
+        step = float(self.cost(np.array([1]))[0])
+        self._ledger.saved((n_accepted + 1) * step - draft_s - verify_s)
         if self._strong_round:  # judged on its own evidence: the pause state stands
             self._strong.record_round(n_drafted, n_accepted)
             # as verified drafts grow (see below): deep positions borrow their estimates,
@@ -435,6 +487,8 @@ class AdaptiveController:
         round, a resumed draft would start ``position + 1`` tokens into the guess)."""
         self._since_shadow = 0
         acceptance, position = check.acceptance, check.position
+        if position == 0:
+            self._ledger.spent(check.draft_s)
         if acceptance is None:
             return
         if check.match >= STRONG_MATCH:

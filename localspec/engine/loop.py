@@ -85,8 +85,11 @@ class DraftControl(Protocol):
     pauses: int
     shadow_checks: int
 
+    sits_out: bool  # this answer goes without the drafter (it cost the answers before)
+
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
+    def note_prompt_read(self, seconds: float) -> None: ...
     def proposal_length(self) -> int: ...
     def fit(self, draft: Draft) -> int: ...
     def shadow_length(self) -> int: ...
@@ -210,6 +213,11 @@ class SpeculativeLoop:
         self.recorder = StatsRecorder(n_prompt=len(prompt))
         self.last = -1  # the token chosen but not yet evaluated (set by ``first``)
         self.context: list[int] = []  # prompt and output so far (set by ``first``)
+        # set by a scheduler whose load leaves no room for this drafter's paid drafts: it
+        # then reads no prompt and makes no checks until the load lets it draft again (as
+        # for an answer its controller sits out: ``sits_out``)
+        self.drafter_rests = False
+        self._drafter_begun = False
 
     def _snapshot(self) -> Stats:
         c = self.control
@@ -287,10 +295,8 @@ class SpeculativeLoop:
     def first(self, raw: np.ndarray) -> RoundEvent:
         """The first token, from the logits row after the prompt (which the target's cache
         now holds): the drafter starts from the prompt."""
-        if self.drafter is not None:
-            self.drafter.begin(self.prompt)
-            if self.times is None:  # a measured rate: modelled schedules go without
-                self.control.note_catch_up(self.drafter.catch_up_per_token)
+        if self.drafter is not None and not self._drafter_idle():
+            self._begin_drafter()
         self.recorder.t_prefilled = time.perf_counter()
         row = self._constrained(raw[None, :], ())[0]
         last = self._choose(row)
@@ -301,6 +307,22 @@ class SpeculativeLoop:
         self.recorder.t_first = time.perf_counter()
         self.last, self.context = last, [*self.prompt, last]
         return self._event([last] if emitted else [], [False] if emitted else [], margins, logprobs)
+
+    def _begin_drafter(self) -> None:
+        """The drafter reads the prompt (after ``first``, when it wakes from a rest: what it
+        did not follow of the answer it catches up when it drafts)."""
+        assert self.drafter is not None
+        t0 = time.perf_counter()
+        self.drafter.begin(self.prompt)
+        self._drafter_begun = True
+        if self.times is None:  # a measured rate: modelled schedules go without
+            self.control.note_catch_up(self.drafter.catch_up_per_token)
+            self.control.note_prompt_read(time.perf_counter() - t0)
+
+    def _drafter_idle(self) -> bool:
+        """The drafter neither reads nor guesses now: the load leaves its drafts no room,
+        or its controller sits this answer out."""
+        return self.drafter_rests or self.control.sits_out
 
     def context_full(self) -> bool:
         return self.target.n_past + 1 > self.target.n_ctx
@@ -365,6 +387,12 @@ class SpeculativeLoop:
     ) -> Steps[tuple[Draft, tuple[Draft, int] | None]]:
         """This round's draft (cut to the allowed length and to what the grammar allows),
         or, when there is none, what the paused drafter's shadow check guesses."""
+        if self.drafter is not None and self._drafter_idle():
+            if self.shadows is not None:
+                self.shadows.stop()
+            return Draft(), None
+        if self.drafter is not None and not self._drafter_begun:
+            self._begin_drafter()
         k = self.draft_length() if cap is None else min(cap, self.draft_length())
         draft = Draft()
         if k > 0 and isinstance(self.drafter, SteppedDrafter):

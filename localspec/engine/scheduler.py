@@ -30,6 +30,7 @@ import numpy as np
 
 from localspec.engine.budget import DraftDemand, allocate
 from localspec.engine.costs import VerifyCost
+from localspec.engine.drafting import SteppedDrafter
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
 from localspec.engine.prompt_cache import PromptCache
@@ -44,6 +45,9 @@ PREFILL_TOKENS_BUSY = 2 * PREFILL_CHUNK
 # (docs/benchmarks.md: 1% of the wanted drafts verified at 4 clients, where fixed-length
 # speculation gained 4%)
 SHARED_STEP_MARGIN = 0.01
+# what a resting draft model's drafts, all accepted, must add to a step before it wakes: it
+# then reads its prompt and the answer so far, which flapping would pay again and again
+WAKE_MARGIN = 0.05
 DONE = object()  # the last item of a request's event queue
 
 
@@ -103,6 +107,7 @@ class StepFigures:
     drafted: int = 0  # draft tokens verified
     wanted: int = 0  # draft tokens the slots' controllers asked for
     prefill: int = 0
+    resting: int = 0  # draft models resting: at this load their drafts could not pay
 
 
 @dataclass
@@ -143,6 +148,7 @@ class BatchScheduler:
         self.prompt_cache = None if recurrent else prompt_cache
         self.figures = StepFigures()
         self.totals = StepTotals()
+        self.resting = 0  # draft models resting now (``_rest_draft_models``)
         self._batch = StepBatch(target)
         self.drafts = SideBySideDrafts(draft, len(self.slots), cost)
         self._waiting: deque[SlotRequest] = deque()
@@ -240,6 +246,7 @@ class BatchScheduler:
             if slot.work is None:  # done at once
                 self._end(slot)
                 return
+            self._rest_draft_models()
             loop = slot.work.loop
             slot.kept, row = slot.target.reuse_prefix(loop.prompt, loop.reproducible)
             loop.recorder.n_cached = slot.kept
@@ -254,6 +261,7 @@ class BatchScheduler:
             if slot.work is not None and slot.request is not None and slot.request.gone():
                 self._end(slot)
         self._close_gaps()
+        self._rest_draft_models()
         plans = self._plans(self._paid_draft_caps())
         room = self._batch.capacity - sum(len(p.batch) for _, p in plans)
         chunks = self._chunks(room, busy=bool(plans))
@@ -300,6 +308,7 @@ class BatchScheduler:
             sum(len(p.draft) for _, p in plans),
             wanted,
             sum(len(c) for _, c in chunks),
+            self.resting,
         )
 
     def _close_gaps(self) -> None:
@@ -413,6 +422,43 @@ class BatchScheduler:
             draft_seconds=self.drafts.seconds(cost, one_row),
         )
         return {index: lengths[i] for index, i in paying.items()}
+
+    def _rest_draft_models(self) -> None:
+        """Tell each busy slot whose drafter pays for every token (a draft model) whether it
+        rests: it does while not even drafts of which every token were accepted would pay
+        for their drafting and their rows beside the other generations (a batch already as
+        wide as pays). A resting draft model reads no prompt and makes no shadow checks,
+        work nothing would use; it catches up when the load lets it draft again. Before its
+        cost per token is known (no draft timed yet on any slot), it works as ever."""
+        busy = [s for s in self.slots if s.work is not None]
+        loops = [s.work.loop for s in busy if s.work is not None]
+        paid = [loop for loop in loops if isinstance(loop.drafter, SteppedDrafter)]
+        known = [p[1] for loop in paid if (p := loop.control.paid_draft()) is not None]
+        cost = self.cost()
+        if cost is None or not known or len(loops) < 2:
+            for loop in paid:
+                loop.drafter_rests = False
+            self.resting = 0
+            return
+        per_token = float(np.median(known))
+        demands = [DraftDemand(np.zeros(0), 0, pinned=0) for _ in loops]
+        for i, loop in enumerate(loops):
+            if loop in paid:
+                cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
+                demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
+        lengths = allocate(
+            demands,
+            len(loops),
+            cost,
+            self._batch.capacity,
+            add_margin=WAKE_MARGIN,
+            step_seconds=self._step_seconds(busy, [], cost),
+            draft_seconds=self.drafts.seconds(cost, per_token),
+        )
+        for loop, length in zip(loops, lengths, strict=True):
+            if loop in paid:
+                loop.drafter_rests = length == 0
+        self.resting = sum(loop.drafter_rests for loop in paid)
 
     def _budget(
         self,

@@ -369,6 +369,8 @@ class Server:
                 f"; slots {figures.slots_busy}/{self.engine.parallel}, step of "
                 f"{figures.rows} rows, drafts {figures.drafted}/{figures.wanted} verified"
             )
+            if figures.resting:
+                load += f", {figures.resting} draft model(s) resting"
         log.info(
             "%s %s: %d+%d tokens, %.1f tok/s, accepted %d/%d (L %.2f), %s%s",
             endpoint,

@@ -68,6 +68,11 @@ class ServerMetrics:
             "draft tokens the slots' controllers asked for in the last step",
             registry=r,
         )
+        self.drafts_resting = Gauge(
+            "localspec_draft_models_resting",
+            "slots whose draft model rests at this load (its drafts could not pay; last step)",
+            registry=r,
+        )
         self._totals = [0.0, 0.0]  # accepted, verifications
         self._at: dict[int, list[int]] = {}
 
@@ -79,6 +84,7 @@ class ServerMetrics:
             self.batch_rows.set(figures.rows)
             self.draft_budget.set(figures.drafted)
             self.draft_wanted.set(figures.wanted)
+            self.drafts_resting.set(figures.resting)
 
     def record(self, stats: Stats) -> None:
         self.prompt_tokens.inc(stats.n_prompt)
