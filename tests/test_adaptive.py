@@ -544,3 +544,13 @@ def test_a_lookup_never_sits_an_answer_out() -> None:
         assert not ctl.sits_out
         ctl.note_prompt_read(0.001)
         drive(ctl, CPU, lambda k: 0, 20)
+
+
+def test_a_catch_up_pays_only_with_enough_answer_left_to_draft() -> None:
+    ctl = controller(16)
+    ctl.note_catch_up(0.1 * STEP)
+    drive(ctl, CPU, lambda k: k, 10, draft_per_token=0.1 * STEP)  # its costs measured
+    assert ctl.catch_up_pays(300, None)  # no limit: the answer may run on
+    assert ctl.catch_up_pays(300, 2000)
+    assert not ctl.catch_up_pays(300, 5)  # five tokens cannot repay 300 caught up
+    assert FixedLengthController(4).catch_up_pays(300, 5)

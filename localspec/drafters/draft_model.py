@@ -53,6 +53,10 @@ class DraftModelDrafter(NeuralDrafter[ModelContext]):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
+    def held(self, context: Sequence[int]) -> int:
+        """How much of ``context`` the draft's cache holds (the rest is caught up)."""
+        return common_prefix_length(self.model.tokens, context)
+
     def accepted(self, n_accepted: int) -> None:
         """Nothing to do: the next ``propose`` re-syncs the cache with the accepted context."""
 

@@ -273,6 +273,9 @@ class FixedLengthController:
     def note_prompt_read(self, seconds: float) -> None:
         """Reading the prompt costs nothing it would act on."""
 
+    def catch_up_pays(self, behind: int, left: int | None) -> bool:
+        return True
+
     def proposal_length(self) -> int:
         return self.n_max
 
@@ -357,6 +360,16 @@ class AdaptiveController:
     def note_prompt_read(self, seconds: float) -> None:
         """What the drafter took to read this answer's prompt: drafting must repay it."""
         self._ledger.spent(seconds)
+
+    def catch_up_pays(self, behind: int, left: int | None) -> bool:
+        """Whether drafting the ``left`` tokens still to come (None: no limit) could repay
+        the drafter's catching up with ``behind`` tokens it did not follow: at best, drafts
+        kept whole save a share of each step; the catch-up costs its measured rate."""
+        if left is None or not self._catch_up or self.cost is None:
+            return True
+        gain = float(self._perfect_gains().max())
+        step = float(self.cost(np.array([1]))[0])
+        return left * step * (1 - 1 / gain) > behind * self._catch_up
 
     def _catch_up_is_cheap(self) -> bool:
         """Whether the drafter can check mid-answer: catching up a paused stretch costs it

@@ -90,6 +90,7 @@ class DraftControl(Protocol):
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
     def note_prompt_read(self, seconds: float) -> None: ...
+    def catch_up_pays(self, behind: int, left: int | None) -> bool: ...
     def proposal_length(self) -> int: ...
     def fit(self, draft: Draft) -> int: ...
     def shadow_length(self) -> int: ...
@@ -318,6 +319,20 @@ class SpeculativeLoop:
         if self.times is None:  # a measured rate: modelled schedules go without
             self.control.note_catch_up(self.drafter.catch_up_per_token)
             self.control.note_prompt_read(time.perf_counter() - t0)
+
+    def drafter_behind(self) -> int:
+        """Tokens of the context the drafter would have to catch up with before drafting:
+        all of them before it read the prompt, else what its own cache lacks."""
+        if not self._drafter_begun:
+            return len(self.context)
+        held = getattr(self.drafter, "held", None)
+        return len(self.context) - held(self.context) if held is not None else 0
+
+    def tokens_left(self) -> int | None:
+        """Tokens this answer may still write (None: up to the context's end)."""
+        if self.max_tokens is None:
+            return None
+        return max(0, self.max_tokens - len(self.output.tokens))
 
     def _drafter_idle(self) -> bool:
         """The drafter neither reads nor guesses now: the load leaves its drafts no room,

@@ -221,12 +221,15 @@ class BatchScheduler:
             request.events.put(DONE)
 
     def _admit(self) -> None:
-        """Waiting requests into free slots, each where its prompt's prefix is cached."""
+        """Waiting requests into free slots, each where its prompt's prefix is cached; the
+        ones whose prompt was read just before answer their first token once all are in
+        (a draft model rests or not by the load they make together)."""
+        ready: list[tuple[Slot, np.ndarray]] = []
         while True:
             with self._changed:
                 free = [s for s in self.slots if s.work is None]
                 if not free or not self._waiting:
-                    return
+                    break
                 request = self._waiting.popleft()
             if request.gone():
                 request.events.put(DONE)
@@ -235,9 +238,21 @@ class BatchScheduler:
                 free,
                 key=lambda s: (common_prefix_length(s.target.tokens, request.tokens), -s.used_at),
             )
-            self._start(slot, request)
+            row = self._start(slot, request)
+            if row is not None:
+                ready.append((slot, row))
+        if ready:
+            self._rest_draft_models()
+        for slot, row in ready:
+            try:
+                assert slot.work is not None
+                self._emit(slot, slot.work.loop.first(row))
+            except BaseException as exc:
+                self._end(slot, exc)
 
-    def _start(self, slot: Slot, request: SlotRequest) -> None:
+    def _start(self, slot: Slot, request: SlotRequest) -> np.ndarray | None:
+        """The request into ``slot``; the logits row after its prompt when the slot's
+        cache kept it (the same prompt, read just before), else None: its prompt is read."""
         slot.request, slot.used_at, slot.drafting = request, time.monotonic(), False
         try:
             if self.prompt_cache is not None:
@@ -245,16 +260,15 @@ class BatchScheduler:
             slot.work = request.start(slot.target, slot.draft)
             if slot.work is None:  # done at once
                 self._end(slot)
-                return
-            self._rest_draft_models()
+                return None
             loop = slot.work.loop
             slot.kept, row = slot.target.reuse_prefix(loop.prompt, loop.reproducible)
             loop.recorder.n_cached = slot.kept
             slot.pending = list(loop.prompt[slot.kept :]) if row is None else []
-            if row is not None:  # the same prompt, read just before: its row was kept
-                self._emit(slot, loop.first(row))
+            return row
         except BaseException as exc:  # the request's own error (a bad grammar, a full cache)
             self._end(slot, exc)
+            return None
 
     def _step(self) -> None:
         for slot in self.slots:
@@ -443,9 +457,14 @@ class BatchScheduler:
         per_token = float(np.median(known))
         demands = [DraftDemand(np.zeros(0), 0, pinned=0) for _ in loops]
         for i, loop in enumerate(loops):
-            if loop in paid:
-                cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
-                demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
+            if loop not in paid:
+                continue
+            if loop.drafter_rests and not loop.control.catch_up_pays(
+                loop.drafter_behind(), loop.tokens_left()
+            ):
+                continue  # too near its end to repay the catch-up: it rests to the end
+            cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
+            demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
         lengths = allocate(
             demands,
             len(loops),
