@@ -56,9 +56,11 @@ class FimCase:
 
 @dataclass
 class Timings:
-    """One configuration on one case: the seconds of each timed request, and its answer."""
+    """One configuration on one case: the seconds and tokens of each timed request, and
+    its answer (the warm-up's)."""
 
     seconds: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  # tokens of each timed answer
     tokens: int = 0
     text: str = ""
     step_s: float = 0.0  # one decoding step after the first token (the warm-up's)
@@ -66,6 +68,20 @@ class Timings:
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def length(self) -> float:
+        """The timed answers' median length in tokens (greedy answers part at a near tie
+        now and then: a cache laid out otherwise rounds one logit differently)."""
+        return statistics.median(self.counts) if self.counts else float(self.tokens)
+
+
+def speedup(base: Timings, faster: Timings) -> tuple[float, bool]:
+    """How much sooner ``faster`` completes than ``base``; where their answers differ in
+    length (parted at a near tie), by the time per token instead, and True."""
+    if base.length == faster.length or not (base.length and faster.length):
+        return base.median / faster.median, False
+    return (base.median / base.length) / (faster.median / faster.length), True
 
 
 def fim_cases() -> list[FimCase]:
@@ -142,6 +158,7 @@ def time_engine(engine, case: FimCase, mode: str, args, got, say) -> None:  # ty
                 got[config].step_s = stats.gen_ms / 1000 / max(1, stats.n_tokens - 1)
                 continue
             got[config].seconds.append(seconds)
+            got[config].counts.append(stats.n_tokens)
     for config, _ in configs:
         say(f"  {case.name:18} {config:26} {got[config].median:6.2f} s")
 
@@ -220,6 +237,7 @@ def time_native(url: str, case: FimCase, args: argparse.Namespace, got: Timings)
             got.text, got.tokens = reply.get("content", ""), int(reply.get("tokens_predicted", 0))
         else:
             got.seconds.append(seconds)
+            got.counts.append(int(reply.get("tokens_predicted", 0)))
 
 
 def infill_body(prompt: FimPrompt, n_predict: int) -> dict[str, object]:
@@ -281,7 +299,7 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
     configs = [c for c in (PLAIN, SPEC, NATIVE_PLAIN, NATIVE_SPEC) if c in results[cases[0].name]]
     table = Table(title=header)
     native = NATIVE_PLAIN in configs
-    tokens = "tokens (llama-server's)" if native else "tokens"
+    tokens = "tokens: plain/spec. (llama-server's)" if native else "tokens: plain/spec."
     for col in ("case", "kind", tokens, *[f"{c} s" for c in configs], "vs plain", "vs native"):
         table.add_column(col)
     versus = ratios(cases, results)
@@ -290,9 +308,10 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
         table.add_row(
             case.name,
             case.kind,
-            str(got[SPEC].tokens) + (f" ({got[NATIVE_PLAIN].tokens})" if native else ""),
+            f"{got[PLAIN].length:g}/{got[SPEC].length:g}"
+            + (f" ({got[NATIVE_PLAIN].length:g})" if native else ""),
             *[spread(got[c].seconds) for c in configs],
-            f"{got[PLAIN].median / got[SPEC].median:.2f}x",
+            versus_plain(got),
             f"{versus[case.name]:.2f}x" if case.name in versus else "-",
         )
     console = report_console()
@@ -307,7 +326,7 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
                 c.name: {
                     "kind": c.kind,
                     **{
-                        k: {"seconds": [round(s, 4) for s in t.seconds], "tokens": t.tokens}
+                        k: {"seconds": [round(s, 4) for s in t.seconds], "tokens": t.counts}
                         for k, t in results[c.name].items()
                     },
                     "same_answer_as_native": same_answers(results[c.name]),
@@ -324,7 +343,7 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
     lines = []
     for kind in ("copying", "ordinary"):
         mine = [c for c in cases if c.kind == kind]
-        plain = [results[c.name][PLAIN].median / results[c.name][SPEC].median for c in mine]
+        plain = [speedup(results[c.name][PLAIN], results[c.name][SPEC])[0] for c in mine]
         mean = statistics.geometric_mean(plain)
         line = f"{kind}: speculation vs plain, geometric mean {mean:.2f}x"
         native = [versus[c.name] for c in mine if c.name in versus]
@@ -334,10 +353,21 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
                 f"{statistics.geometric_mean(native):.2f}x, lowest {min(native):.2f}x"
             )
         lines.append(line)
+    parted = [c.name for c in cases if speedup(results[c.name][PLAIN], results[c.name][SPEC])[1]]
+    if parted:
+        lines.append(
+            "answers of plain and speculative decoding of different lengths (parted at a near "
+            f"tie), compared per token (*): {', '.join(parted)}"
+        )
     differing = [c.name for c in cases if same_answers(results[c.name]) is False]
     if differing:
         lines.append(f"answers differing from llama-server's (near ties?): {', '.join(differing)}")
     return lines
+
+
+def versus_plain(got: dict[str, Timings]) -> str:
+    ratio, per_token = speedup(got[PLAIN], got[SPEC])
+    return f"{ratio:.2f}x" + ("*" if per_token else "")
 
 
 def same_answers(got: dict[str, Timings]) -> bool | None:
