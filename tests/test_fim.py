@@ -270,6 +270,7 @@ def test_the_fim_bench_refuses_what_does_not_apply(capsys) -> None:  # type: ign
         (["--concurrency", "1,2"], "--fim and --concurrency"),
         (["--prompts", "code"], "--prompts does not apply to --fim"),
         (["--modes", "none"], "give the one speculative mode"),
+        (["--plot", "fim.png"], "--plot does not apply to --fim"),
     ]:
         code = main(["bench", "/nope/model.gguf", "--fim", *extra])
         err = capsys.readouterr().err
@@ -280,8 +281,10 @@ def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -
     from localspec.cli import main
 
     out = tmp_path / "fim.json"
-    code = main(["bench", str(qwen_path), "--fim", "-n", "4", "--repeat", "1", "--json", str(out)])
-    assert code == 0
+    table = tmp_path / "fim.md"
+    argv = ["bench", str(qwen_path), "--fim", "-n", "4", "--repeat", "1", "--json", str(out)]
+    assert main([*argv, "--markdown", str(table)]) == 0
+    assert table.read_text().count("\n| ") == 1 + 1 + 6  # header, rule, a row per case
     data = json.loads(out.read_text())
     assert len(data["cases"]) == 6 and len(data["summary"]) >= 3
     assert len(data["keystrokes"]["first_token_s"]) >= 4

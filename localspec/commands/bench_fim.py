@@ -134,6 +134,8 @@ def check_args(args: argparse.Namespace, canonical: Callable[[str], str]) -> str
     for flag, value in (("--concurrency", args.concurrency), ("--scenarios", args.scenarios)):
         if value is not None:
             raise LocalspecError(f"--fim and {flag} are two different benches", "run one")
+    if args.plot is not None:
+        raise LocalspecError("--plot does not apply to --fim (its table has no curve)", "drop it")
     if args.prompts is not None:
         raise LocalspecError(
             "--prompts does not apply to --fim (it brings its own completions)", "drop it"
@@ -297,28 +299,38 @@ def ratios(cases: Sequence[FimCase], results: dict[str, dict[str, Timings]]) -> 
 
 def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # type: ignore[no-untyped-def]
     configs = [c for c in (PLAIN, SPEC, NATIVE_PLAIN, NATIVE_SPEC) if c in results[cases[0].name]]
-    table = Table(title=header)
     native = NATIVE_PLAIN in configs
     tokens = "tokens: plain/spec. (llama-server's)" if native else "tokens: plain/spec."
-    for col in ("case", "kind", tokens, *[f"{c} s" for c in configs], "vs plain", "vs native"):
-        table.add_column(col)
+    columns = ["case", "kind", tokens, *[f"{c} s" for c in configs], "vs plain", "vs native"]
     versus = ratios(cases, results)
+    rows = []
     for case in cases:
         got = results[case.name]
-        table.add_row(
-            case.name,
-            case.kind,
-            f"{got[PLAIN].length:g}/{got[SPEC].length:g}"
-            + (f" ({got[NATIVE_PLAIN].length:g})" if native else ""),
-            *[spread(got[c].seconds) for c in configs],
-            versus_plain(got),
-            f"{versus[case.name]:.2f}x" if case.name in versus else "-",
+        rows.append(
+            [
+                case.name,
+                case.kind,
+                f"{got[PLAIN].length:g}/{got[SPEC].length:g}"
+                + (f" ({got[NATIVE_PLAIN].length:g})" if native else ""),
+                *[spread(got[c].seconds) for c in configs],
+                versus_plain(got),
+                f"{versus[case.name]:.2f}x" if case.name in versus else "-",
+            ]
         )
+    table = Table(title=header)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
     console = report_console()
     console.print(table)
     lines = [*summary(cases, results, versus), f"keystrokes: first token {typing.describe()}"]
     for line in lines:
         console.print(f"  {line}")
+    if args.markdown:
+        cells = ["| " + " | ".join(r) + " |" for r in [columns, ["---"] * len(columns), *rows]]
+        bullets = "".join(f"- {line}\n" for line in lines)
+        write_text(args.markdown, f"**{header}**\n\n" + "\n".join(cells) + "\n\n" + bullets)
     if args.json:
         data = {
             "header": header,
