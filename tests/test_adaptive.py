@@ -554,3 +554,26 @@ def test_a_catch_up_pays_only_with_enough_answer_left_to_draft() -> None:
     assert ctl.catch_up_pays(300, 2000)
     assert not ctl.catch_up_pays(300, 5)  # five tokens cannot repay 300 caught up
     assert FixedLengthController(4).catch_up_pays(300, 5)
+
+
+def test_a_drafter_that_cannot_check_once_paused_drafts_on_while_drafting_pays() -> None:
+    """A draft model whose catch-up is dear checks nothing after a pause: pausing ends its
+    drafting for the answer. At 90% acceptance, where drafting pays a little, it must not
+    stop on a margin (a short unlucky run) but only where drafting is predicted to lose:
+    answers that started drafting draft to their end."""
+    drafted = []
+    for seed in range(6):
+        ctl = controller(16, CPU)
+        ctl.note_catch_up(0.1 * STEP)
+        rng = np.random.default_rng(seed)
+
+        def kept(k: int, rng: np.random.Generator = rng) -> int:
+            n = 0
+            while n < k and rng.random() < 0.9:
+                n += 1
+            return n
+
+        lengths = drive(ctl, CPU, kept, 300, draft_per_token=0.3 * STEP)
+        drafted.append(sum(k > 0 for k in lengths))
+    started = [n for n in drafted if n > 0]
+    assert sum(n > 250 for n in started) >= 3, drafted  # with a 5% margin: 1 of 4

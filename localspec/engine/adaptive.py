@@ -473,7 +473,9 @@ class AdaptiveController:
         self._estimate.record_round(n_drafted, n_accepted, depth)
         if depth == 0:
             self._key_odds.record(self._round_key, float(n_accepted > 0))
-        best = self._best_length()
+        # a drafter that cannot check once paused (its catch-up is dear) drafts for the rest
+        # of the answer or never again: it stops only where drafting is predicted to lose
+        best = self._best_length(MARGIN if self._catch_up_is_cheap() else 0.0)
         paid = self._paid(n_drafted, n_accepted)
         if paid:
             self._backoff = 0
