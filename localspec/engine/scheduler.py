@@ -426,16 +426,28 @@ class BatchScheduler:
         if not paying:
             return {}
         one_row = min(d.seconds_per_token for d in demands if d.cap)
-        lengths = allocate(
+        lengths = self._drafted_side_by_side(demands, answering, cost, SHARED_STEP_MARGIN, one_row)
+        return {index: lengths[i] for index, i in paying.items()}
+
+    def _drafted_side_by_side(
+        self,
+        demands: list[DraftDemand],
+        slots: list[Slot],
+        cost: VerifyCost,
+        margin: float,
+        one_row: float,
+    ) -> list[int]:
+        """The budget's lengths for ``slots``' drafts before a draft model makes them (side
+        by side: its passes priced as well as the target's)."""
+        return allocate(
             demands,
-            len(answering),
+            len(slots),
             cost,
             self._batch.capacity,
-            add_margin=SHARED_STEP_MARGIN,
-            step_seconds=self._step_seconds(answering, [], cost),
+            add_margin=margin,
+            step_seconds=self._step_seconds(slots, [], cost),
             draft_seconds=self.drafts.seconds(cost, one_row),
         )
-        return {index: lengths[i] for index, i in paying.items()}
 
     def _rest_draft_models(self) -> None:
         """Tell each busy slot whose drafter pays for every token (a draft model) whether it
@@ -465,15 +477,7 @@ class BatchScheduler:
                 continue  # too near its end to repay the catch-up: it rests to the end
             cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
             demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
-        lengths = allocate(
-            demands,
-            len(loops),
-            cost,
-            self._batch.capacity,
-            add_margin=WAKE_MARGIN,
-            step_seconds=self._step_seconds(busy, [], cost),
-            draft_seconds=self.drafts.seconds(cost, per_token),
-        )
+        lengths = self._drafted_side_by_side(demands, busy, cost, WAKE_MARGIN, per_token)
         for loop, length in zip(loops, lengths, strict=True):
             if loop in paid:
                 loop.drafter_rests = length == 0
