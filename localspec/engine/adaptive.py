@@ -228,6 +228,7 @@ class AnswerLedger:
 
     def __init__(self) -> None:
         self.net = 0.0  # seconds this answer's drafting saved (negative: cost)
+        self.rounds = 0.0  # of which its verified rounds (without the prompt read, the checks)
         self.worked = False  # the drafter read this answer's prompt
         self.losing = 0  # answers in a row that drafting cost
         self._sit_out = 0  # answers still to sit out
@@ -238,7 +239,7 @@ class AnswerLedger:
             self.losing = self.losing + 1 if self.net < 0 else 0
             if self.losing >= LOSING_ANSWERS:
                 self._sit_out = min(MAX_SIT_OUT, 2 ** (self.losing - LOSING_ANSWERS))
-        self.net, self.worked = 0.0, False
+        self.net, self.rounds, self.worked = 0.0, 0.0, False
         if self._sit_out:
             self._sit_out -= 1
             return True
@@ -249,7 +250,9 @@ class AnswerLedger:
         self.worked = True
 
     def saved(self, seconds: float) -> None:
+        """What a verified round saved against plain decoding of its tokens."""
         self.net += seconds
+        self.rounds += seconds
 
 
 class FixedLengthController:
@@ -371,6 +374,15 @@ class AdaptiveController:
         step = float(self.cost(np.array([1]))[0])
         return left * step * (1 - 1 / gain) > behind * self._catch_up
 
+    def _pause_margin(self) -> float:
+        """The gain a drafting controller asks of its next draft to go on. A drafter that
+        cannot check once paused (its catch-up is dear) drafts for the rest of the answer or
+        never again: while this answer's verified drafts have saved time (its estimates
+        proved right), it stops only where drafting is predicted to lose."""
+        if self._catch_up_is_cheap() or self._ledger.rounds <= 0:
+            return MARGIN
+        return 0.0
+
     def _catch_up_is_cheap(self) -> bool:
         """Whether the drafter can check mid-answer: catching up a paused stretch costs it
         under SHADOW_BUDGET of a step per token. A draft model pays its prompt-processing
@@ -473,9 +485,7 @@ class AdaptiveController:
         self._estimate.record_round(n_drafted, n_accepted, depth)
         if depth == 0:
             self._key_odds.record(self._round_key, float(n_accepted > 0))
-        # a drafter that cannot check once paused (its catch-up is dear) drafts for the rest
-        # of the answer or never again: it stops only where drafting is predicted to lose
-        best = self._best_length(MARGIN if self._catch_up_is_cheap() else 0.0)
+        best = self._best_length(self._pause_margin())
         paid = self._paid(n_drafted, n_accepted)
         if paid:
             self._backoff = 0
