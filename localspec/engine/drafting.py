@@ -83,6 +83,10 @@ class SteppedDrafter(Protocol):
         """``propose``, yielding each decode it needs instead of running it."""
         ...
 
+    def held(self, context: Sequence[int]) -> int:
+        """How much of ``context`` its own cache holds (the rest it catches up)."""
+        ...
+
 
 def decode_directly(steps: Steps[Result]) -> Result:
     """Run ``steps`` on their own: each request decoded when it is made (one generation, or

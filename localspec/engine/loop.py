@@ -325,8 +325,9 @@ class SpeculativeLoop:
         all of them before it read the prompt, else what its own cache lacks."""
         if not self._drafter_begun:
             return len(self.context)
-        held = getattr(self.drafter, "held", None)
-        return len(self.context) - held(self.context) if held is not None else 0
+        if not isinstance(self.drafter, SteppedDrafter):
+            return 0
+        return len(self.context) - self.drafter.held(self.context)
 
     def tokens_left(self) -> int | None:
         """Tokens this answer may still write (None: up to the context's end)."""
