@@ -188,6 +188,8 @@ class GenerationFactory:
             # identical greedy or seeded requests: a schedule that depends on the tokens only
             reproducible = s.reproducible and drafter is not None and spec.adaptive
             times = self.modelled_times(spec) if reproducible else None
+            if times is not None:
+                _model_catch_ups(drafter, times)
             control = self._control(job.mode, spec, state, drafter, times, target.seq_id)
             if self.mtp is not None:
                 self._follow_with_mtp("draft-mtp" in parse_mode(job.mode))
@@ -238,3 +240,12 @@ class GenerationFactory:
         self.mtp.active = on
         if on and self.mtp.synced < self.target.n_past:
             self.target.trim(self.mtp.synced)
+
+
+def _model_catch_ups(drafter: Drafter | None, times: ModelledTimes) -> None:
+    """A modelled schedule's draft models report the calibration's catch-up rate, not the
+    clock's: whether the answer checks them again after a pause is part of the schedule."""
+    links = drafter.drafters if isinstance(drafter, ChainedDrafter) else [drafter]
+    for link in links:
+        if isinstance(link, DraftModelDrafter):
+            link.modelled_catch_up = times.catch_up(link.name)

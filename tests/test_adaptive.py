@@ -14,7 +14,7 @@ from localspec.engine.adaptive import (
     FixedLengthController,
     ShadowCheck,
 )
-from localspec.engine.costs import VerifyCost
+from localspec.engine.costs import ModelledTimes, VerifyCost
 from localspec.engine.drafting import Draft
 
 SIZES = np.array([1, 2, 4, 8, 16, 32, 49])
@@ -186,6 +186,20 @@ def test_a_draft_that_must_catch_up_checks_only_in_the_answer_opening() -> None:
     lengths = drive(fast, CPU, lambda k: 0, 200, draft_per_token=0.4 * STEP)
     # after the opening, each check costs 0.4 step: the budget (2.5%) allows one in 16
     assert 2 + 198 / 16 - 2 <= lengths.count(-1) <= 2 + 198 / 16 + 2 and max(lengths) == 0
+
+
+def test_a_modelled_schedule_catches_up_at_the_calibrated_batched_rate() -> None:
+    """Seeded answers run on modelled costs: a draft model's catch-up there is its step at
+    the target's batched rate (the same kernels), dear on a CPU, next to nothing on a GPU;
+    a lookup has nothing to catch up."""
+    times = ModelledTimes(CPU, {"draft-model": 0.4 * STEP})
+    share = float(CPU(np.array([49]))[0]) / 49 / STEP
+    assert times.catch_up("draft-model") == pytest.approx(0.4 * STEP * share)
+    assert times.catch_up("ngram-simple") is None
+    cpu, gpu = controller(16), controller(16, GPU)
+    cpu.note_catch_up(times.catch_up("draft-model"))
+    gpu.note_catch_up(ModelledTimes(GPU, {"draft-model": 0.004}).catch_up("draft-model"))
+    assert not cpu._catch_up_is_cheap() and gpu._catch_up_is_cheap()
 
 
 def test_hopeless_drafter_stops_checking() -> None:

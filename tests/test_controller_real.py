@@ -15,7 +15,7 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import Draft
 from localspec.engine.model_context import common_prefix_length
-from localspec.prompts import builtin_prompts
+from localspec.prompts import builtin_prompts, suite_prompts
 
 STALL_S = 1.0  # another program takes the cores for a second
 
@@ -86,3 +86,31 @@ def test_a_draft_model_that_costs_its_answers_sits_the_next_one_out(
     assert [r.stats.shadow_checks > 0 for r in results] == [True, True, False]
     assert held < results[-1].stats.n_prompt  # the draft model never read the third prompt
     assert results[-1].tokens == plain.tokens
+
+
+@pytest.mark.slow
+def test_a_seeded_answer_does_not_check_a_draft_model_whose_catch_up_is_dear(
+    qwen_f16_path: Path, qwen_q4_0_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seeded answer runs on modelled costs (identical requests, identical schedules),
+    and those must say what catching up costs a draft model: on a curve where a batched row
+    costs a quarter of a step, a check after a paused stretch would first decode that stretch, a
+    dozen steps' worth for a guess worth one. The draft model is only ever asked to draft
+    from where it stands (the target's last token or two), never to catch up a pause."""
+    real = DraftModelDrafter.propose_steps
+    behind: list[int] = []
+
+    def propose_steps(self: DraftModelDrafter, context: Sequence[int], n_max: int):  # type: ignore[no-untyped-def]
+        behind.append(len(context) - self.held(context))
+        return real(self, context, n_max)
+
+    monkeypatch.setattr(DraftModelDrafter, "propose_steps", propose_steps)
+    letter = next(p for p in suite_prompts() if p.name == "fr-lettre-resiliation").messages
+    with Engine.load(qwen_f16_path, draft=qwen_q4_0_path, mode="draft-model") as engine:
+        step = float(engine.verify_cost()(np.array([1]))[0])
+        sizes = np.array([1, 2, 4, 8, 16, 32, 64])
+        engine.use_cost(VerifyCost(sizes, step * (1 + 0.25 * (sizes - 1.0))))
+        result = engine.generate(letter, max_tokens=96, temperature=0.7, seed=2)
+    assert behind, "the draft model was never asked"
+    assert result.stats.n_tokens > 40, result.stats
+    assert max(behind) <= 2, behind

@@ -20,6 +20,9 @@ MIN_CATCH_UP_SAMPLE = 16
 
 class DraftModelDrafter(NeuralDrafter[ModelContext]):
     name = "draft-model"
+    # a schedule modelled from the calibration (``costs.ModelledTimes``) is told this rate
+    # instead of the clock's: it must make the same choices whatever the machine is doing
+    modelled_catch_up: float | None = None
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Process the prompt, and measure what the draft pays per token to catch up with a
@@ -28,7 +31,9 @@ class DraftModelDrafter(NeuralDrafter[ModelContext]):
         t0 = time.perf_counter()
         self.model.evaluate(prompt)
         processed = len(prompt) - kept
-        if processed >= MIN_CATCH_UP_SAMPLE:  # a few tokens do not show the batched rate
+        if self.modelled_catch_up is not None:
+            self.catch_up_per_token = self.modelled_catch_up
+        elif processed >= MIN_CATCH_UP_SAMPLE:  # a few tokens do not show the batched rate
             self.catch_up_per_token = (time.perf_counter() - t0) / processed
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:

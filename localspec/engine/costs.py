@@ -77,6 +77,13 @@ class VerifyCost:
         online rescaling (see ``ModelledTimes``)."""
         return VerifyCost(self.sizes, self.seconds)
 
+    def batched_token_share(self) -> float:
+        """What a token of the longest calibrated batch costs, as a share of a one-token
+        step: the rate at which a model on these kernels reads a prompt or catches up."""
+        if self.seconds[0] <= 0:
+            return 1.0
+        return float(self.seconds[-1] / self.sizes[-1] / self.seconds[0])
+
     def ceiling(self) -> float:
         """The best speedup any drafting could give here: max over n of n * t(1) / t(n)."""
         return float(np.max(self._throughput_gains()))
@@ -128,6 +135,13 @@ class ModelledTimes:
     measures. Fed these times instead, it makes the same choices for the same tokens
     whatever the machine is doing, so identical greedy requests get identical answers.
     ``step_seconds``: what one drafted token costs each drafter (0 for lookups)."""
+
+    def catch_up(self, source: str) -> float | None:
+        """What ``source`` pays per token to catch up with a stretch it did not follow: its
+        drafting step at the target's batched rate (a draft model runs on the same kernels);
+        None for a drafter that pays nothing to draft (a lookup follows for free)."""
+        step = self.step_seconds.get(source, 0.0)
+        return step * self.cost.batched_token_share() if step else None
 
     def __init__(self, cost: VerifyCost, step_seconds: dict[str, float]) -> None:
         self.cost = cost

@@ -316,8 +316,8 @@ class SpeculativeLoop:
         t0 = time.perf_counter()
         self.drafter.begin(self.prompt)
         self._drafter_begun = True
-        if self.times is None:  # a measured rate: modelled schedules go without
-            self.control.note_catch_up(self.drafter.catch_up_per_token)
+        self.control.note_catch_up(self.drafter.catch_up_per_token)  # modelled or measured
+        if self.times is None:  # a fresh controller per modelled schedule: no ledger to keep
             self.control.note_prompt_read(time.perf_counter() - t0)
 
     def drafter_behind(self) -> int:
