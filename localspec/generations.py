@@ -248,4 +248,4 @@ def _model_catch_ups(drafter: Drafter | None, times: ModelledTimes) -> None:
     links = drafter.drafters if isinstance(drafter, ChainedDrafter) else [drafter]
     for link in links:
         if isinstance(link, DraftModelDrafter):
-            link.modelled_catch_up = times.catch_up(link.name)
+            link.modelled_catch_up = link.catch_up_per_token = times.catch_up(link.name)

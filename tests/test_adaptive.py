@@ -568,6 +568,11 @@ def test_a_catch_up_pays_only_with_enough_answer_left_to_draft() -> None:
     assert ctl.catch_up_pays(300, 2000)
     assert not ctl.catch_up_pays(300, 5)  # five tokens cannot repay 300 caught up
     assert FixedLengthController(4).catch_up_pays(300, 5)
+    # beside other generations, what a token saves is the slot's share of the batch's gain:
+    # a prompt that pays its read alone may not at that load
+    assert ctl.catch_up_pays(300, 400)
+    assert not ctl.catch_up_pays(300, 400, saved_per_token=0.02 * STEP)
+    assert ctl.catch_up_pays(300, 400, saved_per_token=0.2 * STEP)
 
 
 def test_a_drafter_that_cannot_check_once_paused_drafts_on_while_drafting_pays() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localspec.engine.adaptive import MARGIN, AdaptiveController
-from localspec.engine.budget import DraftDemand, allocate
+from localspec.engine.budget import DraftDemand, allocate, predicted_gain
 from localspec.engine.costs import DraftPassCost, VerifyCost
 from localspec.engine.step_batch import passes
 
@@ -51,6 +51,18 @@ def test_a_full_batch_on_a_cpu_drafts_nothing_and_a_gpu_drafts_everywhere() -> N
     assert allocate(slots[:1], 1, cpu_curve())[0] > 0  # alone, drafting pays
     assert allocate(slots, 8, cpu_curve()) == [0] * 8  # eight wide, the batch is the gain
     assert all(k > 0 for k in allocate(slots, 8, flat_curve()))
+
+
+def test_the_predicted_gain_is_the_budgets_own_arithmetic() -> None:
+    """Perfect drafts of four tokens: on a flat curve the step gives five times the tokens
+    for its one pass; on the CPU, eight generations wide, free drafts still gain and drafts
+    that cost a step's share each lose; no drafts, no gain."""
+    free = [demand(1.0) for _ in range(8)]
+    paid = [demand(1.0, seconds_per_token=0.03) for _ in range(8)]
+    assert predicted_gain(free[:1], 1, flat_curve(), [4]) == pytest.approx(5.0)
+    assert predicted_gain(free, 8, cpu_curve(), [4] * 8) > 1.0
+    assert predicted_gain(paid, 8, cpu_curve(), [4] * 8) < 1.0
+    assert predicted_gain(paid, 8, cpu_curve(), [0] * 8) == pytest.approx(1.0)
 
 
 def test_tokens_go_to_the_likeliest_drafts_first() -> None:

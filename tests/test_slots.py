@@ -259,6 +259,53 @@ def test_a_draft_model_drafts_only_what_a_shared_step_verifies(pair_slots: Engin
 
 
 @pytest.mark.slow
+def test_a_draft_model_reads_a_prompt_only_where_drafting_beside_others_repays_it(
+    pair_slots: Engine,
+) -> None:
+    """On a curve where every batch costs one step, drafts kept whole pay beside other
+    generations, so the draft models stay awake; but every slot waits while one reads its
+    prompt. Reproducible answers (modelled costs, as the server gives every greedy request)
+    of 8 tokens to long prompts cannot repay that read (each slot's share of what its drafts
+    save, over 8 tokens): their prompts are never read, and their
+    text is the target's own (greedy: up to a measured near tie). Answers of 64 tokens to
+    short prompts can: they are read."""
+    by_name = {p.name: p.messages for p in builtin_prompts()}
+    long = [by_name[n] for n in ("add-docstring", "summarize-caching", "extract-order")]
+    short = [by_name[n] for n in ("binary-search", "lru-cache", "tcp-vs-udp")]
+    real = pair_slots.verify_cost()
+    step = float(real(np.array([1]))[0])
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    plain = [
+        pair_slots.generate(m, max_tokens=8, mode="none", reproducible=True, record_margins=True)
+        for m in long
+    ]
+    pair_slots.use_cost(VerifyCost(sizes, np.full(sizes.size, step)))
+    try:
+        answers = pair_slots.generate_many(long, max_tokens=8, reproducible=True)
+        unread = _prompts_unread(pair_slots, [a.stats.n_prompt for a in answers])
+        pair_slots.generate_many(short, max_tokens=64, reproducible=True)
+        read_now = _prompts_unread(pair_slots, [16] * 3)
+    finally:
+        pair_slots.use_cost(real)
+    assert unread == 3, unread
+    for p, a in zip(plain, answers, strict=True):
+        report = compare(p.tokens, p.margins, a.tokens, p.runners_up)
+        assert report.ok, report
+    assert read_now == 0, read_now
+
+
+def _prompts_unread(engine: Engine, lengths: list[int]) -> int:
+    """Slots whose draft cache holds less of the target's context than the shortest of
+    ``lengths`` (their draft model did not read the prompt)."""
+    held = [
+        common_prefix_length(slot.draft.tokens, slot.target.tokens)
+        for slot in engine.scheduler().slots
+        if slot.draft is not None
+    ]
+    return sum(n < min(lengths) for n in held)
+
+
+@pytest.mark.slow
 def test_a_draft_model_rests_while_the_load_leaves_no_room_for_drafts(
     pair_slots: Engine,
 ) -> None:

@@ -129,7 +129,9 @@ class ChainController:
 
     sits_out = False
 
-    def catch_up_pays(self, behind: int, left: int | None) -> bool:
+    def catch_up_pays(
+        self, behind: int, left: int | None, saved_per_token: float | None = None
+    ) -> bool:
         return True
 
     def proposal_length(self) -> int:

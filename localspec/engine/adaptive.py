@@ -276,7 +276,9 @@ class FixedLengthController:
     def note_prompt_read(self, seconds: float) -> None:
         """Reading the prompt costs nothing it would act on."""
 
-    def catch_up_pays(self, behind: int, left: int | None) -> bool:
+    def catch_up_pays(
+        self, behind: int, left: int | None, saved_per_token: float | None = None
+    ) -> bool:
         return True
 
     def proposal_length(self) -> int:
@@ -364,15 +366,20 @@ class AdaptiveController:
         """What the drafter took to read this answer's prompt: drafting must repay it."""
         self._ledger.spent(seconds)
 
-    def catch_up_pays(self, behind: int, left: int | None) -> bool:
+    def catch_up_pays(
+        self, behind: int, left: int | None, saved_per_token: float | None = None
+    ) -> bool:
         """Whether drafting the ``left`` tokens still to come (None: no limit) could repay
-        the drafter's catching up with ``behind`` tokens it did not follow: at best, drafts
-        kept whole save a share of each step; the catch-up costs its measured rate."""
+        the drafter's catching up with ``behind`` tokens it did not follow (reading the
+        prompt is catching up with all of it): at best, drafts kept whole save a share of
+        each step, ``saved_per_token`` seconds a token (by default this generation's alone);
+        the catch-up costs its measured rate."""
         if left is None or not self._catch_up or self.cost is None:
             return True
-        gain = float(self._perfect_gains().max())
-        step = float(self.cost(np.array([1]))[0])
-        return left * step * (1 - 1 / gain) > behind * self._catch_up
+        if saved_per_token is None:
+            gain = float(self._perfect_gains().max())
+            saved_per_token = float(self.cost(np.array([1]))[0]) * (1 - 1 / gain)
+        return left * saved_per_token > behind * self._catch_up
 
     def _pause_margin(self) -> float:
         """The gain a drafting controller asks of its next draft to go on. A drafter that

@@ -114,6 +114,21 @@ def allocate(
     return best
 
 
+def predicted_gain(
+    demands: Sequence[DraftDemand],
+    base_rows: int,
+    cost: Callable[[np.ndarray], np.ndarray],
+    lengths: Sequence[int],
+    step_seconds: Callable[[Sequence[int]], float] | None = None,
+    draft_seconds: Callable[[Sequence[int]], float] | None = None,
+) -> float:
+    """How many times the tokens per second of plain batched decoding a step with these
+    draft lengths is predicted to give (``allocate``'s arithmetic)."""
+    predict = _Throughput(demands, base_rows, cost, step_seconds, draft_seconds)
+    plain = predict([0] * len(demands))
+    return predict(lengths) / plain if plain > 0 else 1.0
+
+
 class _Throughput:
     """Predicted tokens per second of a step with the given draft lengths."""
 

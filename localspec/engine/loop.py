@@ -90,7 +90,9 @@ class DraftControl(Protocol):
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
     def note_prompt_read(self, seconds: float) -> None: ...
-    def catch_up_pays(self, behind: int, left: int | None) -> bool: ...
+    def catch_up_pays(
+        self, behind: int, left: int | None, saved_per_token: float | None = None
+    ) -> bool: ...
     def proposal_length(self) -> int: ...
     def fit(self, draft: Draft) -> int: ...
     def shadow_length(self) -> int: ...
@@ -210,6 +212,8 @@ class SpeculativeLoop:
         self.output = OutputAssembler(target.piece, target.is_eog, stop, max_tokens, given)
         self.control: DraftControl = control or FixedLengthController(spec.n_max)
         self.control.start()
+        if drafter is not None:
+            self._note_modelled_costs(drafter, times)
         self.shadows = ShadowRounds(drafter, self.control) if drafter is not None else None
         self.recorder = StatsRecorder(n_prompt=len(prompt))
         self.last = -1  # the token chosen but not yet evaluated (set by ``first``)
@@ -219,6 +223,15 @@ class SpeculativeLoop:
         # for an answer its controller sits out: ``sits_out``)
         self.drafter_rests = False
         self._drafter_begun = False
+
+    def _note_modelled_costs(self, drafter: Drafter, times: ModelledTimes | None) -> None:
+        """A modelled schedule knows what its draft model's tokens and catch-up cost before
+        it drafts or reads anything: a scheduler deciding whether that first read pays beside
+        other generations asks for them (``catch_up_pays``, ``paid_draft``)."""
+        self.control.note_catch_up(drafter.catch_up_per_token)
+        draft_step = times.draft(1, drafter.name) if times is not None else 0.0
+        if draft_step > 0:
+            self.control.note_draft_time(1, draft_step)
 
     def _snapshot(self) -> Stats:
         c = self.control
@@ -320,11 +333,17 @@ class SpeculativeLoop:
         if self.times is None:  # a fresh controller per modelled schedule: no ledger to keep
             self.control.note_prompt_read(time.perf_counter() - t0)
 
+    @property
+    def drafter_begun(self) -> bool:
+        """The drafter has read this answer's prompt."""
+        return self._drafter_begun
+
     def drafter_behind(self) -> int:
         """Tokens of the context the drafter would have to catch up with before drafting:
-        all of them before it read the prompt, else what its own cache lacks."""
+        all of them before it read the prompt (the prompt alone before the first token),
+        else what its own cache lacks."""
         if not self._drafter_begun:
-            return len(self.context)
+            return max(len(self.context), len(self.prompt))
         if not isinstance(self.drafter, SteppedDrafter):
             return 0
         return len(self.context) - self.drafter.held(self.context)

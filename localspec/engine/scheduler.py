@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.engine.budget import DraftDemand, allocate
+from localspec.engine.budget import DraftDemand, allocate, predicted_gain
 from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import SteppedDrafter
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
@@ -478,10 +478,41 @@ class BatchScheduler:
             cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
             demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
         lengths = self._drafted_side_by_side(demands, busy, cost, WAKE_MARGIN, per_token)
+        saved = self._saved_per_token(demands, busy, cost, per_token, lengths)
         for loop, length in zip(loops, lengths, strict=True):
             if loop in paid:
-                loop.drafter_rests = length == 0
+                # a prompt not read yet is read only if drafts kept whole, at this load, could
+                # repay the read: every slot waits while the draft model reads
+                unread = not loop.drafter_begun and not loop.control.catch_up_pays(
+                    loop.drafter_behind(), loop.tokens_left(), saved
+                )
+                loop.drafter_rests = length == 0 or unread
         self.resting = sum(loop.drafter_rests for loop in paid)
+
+    def _saved_per_token(
+        self,
+        demands: list[DraftDemand],
+        slots: list[Slot],
+        cost: VerifyCost,
+        one_row: float,
+        lengths: list[int],
+    ) -> float:
+        """What drafts kept whole at ``lengths`` save a drafting slot per token it writes:
+        its share of the time the whole step saves against plain batched decoding."""
+        drafting = sum(length > 0 for length in lengths)
+        if not drafting:
+            return 0.0
+        step_seconds = self._step_seconds(slots, [], cost)
+        gain = predicted_gain(
+            demands,
+            len(slots),
+            cost,
+            lengths,
+            step_seconds,
+            self.drafts.seconds(cost, one_row),
+        )
+        plain_step = step_seconds([0] * len(slots))
+        return plain_step * max(0.0, 1 - 1 / gain) / drafting
 
     def _budget(
         self,
