@@ -478,7 +478,11 @@ class BatchScheduler:
             cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
             demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
         lengths = self._drafted_side_by_side(demands, busy, cost, WAKE_MARGIN, per_token)
-        saved = self._saved_per_token(demands, busy, cost, per_token, lengths)
+        # computed only in a step where some prompt is still unread (most steps have none)
+        unread_any = any(not loop.drafter_begun for loop in paid)
+        saved = (
+            self._saved_per_token(demands, busy, cost, per_token, lengths) if unread_any else 0.0
+        )
         for loop, length in zip(loops, lengths, strict=True):
             if loop in paid:
                 # a prompt not read yet is read only if drafts kept whole, at this load, could
