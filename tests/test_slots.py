@@ -60,24 +60,30 @@ def test_generations_in_one_batch_give_what_each_gives_alone(qwen: Engine, slots
     assert got[-1].stats.accepted > 0  # the copying answer was drafted, in a shared batch
 
 
-def test_a_cache_moved_to_close_a_gap_keeps_its_answer(qwen: Engine, slots: Engine) -> None:
+def test_a_cache_moved_to_close_a_gap_keeps_its_answer(qwen: Engine, qwen_path: Path) -> None:
     """The second of four generations ends first: the last one's cache moves into its
     sequence id (one pass per step again), and every answer is still what it is alone."""
     lengths = [40, 6, 40, 40]
     prompts = [*PROMPTS[:3], COPYING]
-    moves = slots.scheduler().totals.moves
     got: dict[int, list[int]] = {}
+    # a fresh engine, the requests admitted one after the other: the i-th takes slot i (a
+    # used engine places them by the prefixes its slots cache, and the short one could
+    # take the last id, where its end leaves no gap)
+    with Engine.load(qwen_path, mode="ngram-simple", parallel=4) as fresh:
 
-    def one(i: int) -> None:
-        events = slots.stream(prompts[i], max_tokens=lengths[i])
-        got[i] = [t for event in events for t in event.tokens]
+        def one(i: int) -> None:
+            events = fresh.stream(prompts[i], max_tokens=lengths[i])
+            got[i] = [t for event in events for t in event.tokens]
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    assert slots.scheduler().totals.moves > moves
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for i, thread in enumerate(threads):
+            thread.start()
+            deadline = time.monotonic() + 60
+            while fresh.scheduler().busy + len(got) <= i and time.monotonic() < deadline:
+                time.sleep(0.005)
+        for thread in threads:
+            thread.join(300)
+        assert fresh.scheduler().totals.moves > 0
     for i, prompt in enumerate(prompts):
         ref = plain_reference(qwen, prompt, lengths[i])
         report = compare(ref.tokens, ref.margins, got[i], ref.runners_up)
@@ -319,15 +325,18 @@ def test_a_draft_model_rests_while_the_load_leaves_no_room_for_drafts(
     step = float(real(np.array([1]))[0])
     sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
     reference = pair_slots.generate(code_edit(), max_tokens=96, mode="none", record_margins=True)
+    # controllers of their own (one per settings and slot): the answers of other tests, lost
+    # to their prompt reads, would have the long answer's slot sit it out
+    own = SpecConfig(n_max=12)
     pair_slots.use_cost(VerifyCost(sizes, np.full(sizes.size, step)))
     try:
-        pair_slots.generate_many([code_edit()] * 3, max_tokens=16)  # each controller timed
+        pair_slots.generate_many([code_edit()] * 3, max_tokens=16, spec=own)  # each one timed
         pair_slots.use_cost(VerifyCost(sizes, step * np.maximum(1.0, sizes / 2)))
         shorts = ["Write a haiku about the sea.", "Name three rivers of Europe and their seas."]
         with ThreadPoolExecutor(3) as pool:
-            first = [pool.submit(pair_slots.generate, p, max_tokens=12) for p in shorts]
+            first = [pool.submit(pair_slots.generate, p, max_tokens=12, spec=own) for p in shorts]
             time.sleep(0.3)  # the long answer starts while both others are busy
-            long = pair_slots.generate(code_edit(), max_tokens=96)
+            long = pair_slots.generate(code_edit(), max_tokens=96, spec=own)
             answers = [f.result() for f in first]
     finally:
         pair_slots.use_cost(real)
