@@ -85,8 +85,24 @@ class GenerationFactory:
         key = (mode, spec, slot)
         if key not in self._controllers:
             cost = self.verify_cost(spec.n_max)
-            self._controllers[key] = AdaptiveController(spec.n_max, cost, spec.n_min)
+            control = AdaptiveController(spec.n_max, cost, spec.n_min)
+            self._start_from_calibration(control, mode, spec)
+            self._controllers[key] = control
         return self._controllers[key]
+
+    def _start_from_calibration(
+        self, control: AdaptiveController, mode: str, spec: SpecConfig
+    ) -> None:
+        """A new controller of a drafter that pays for its tokens starts from the
+        calibration's price of a draft token and of a catch-up, until it times its own: a
+        scheduler deciding whether a new slot's first prompt read pays beside the other
+        generations asks for them before any draft of that slot was made."""
+        times = self.modelled_times(spec)
+        step = times.draft(1, mode)
+        if step > 0:
+            control.note_draft_time(1, step)
+        if mode == DraftModelDrafter.name:
+            control.note_catch_up(times.catch_up(mode))
 
     def drafter(
         self,

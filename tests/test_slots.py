@@ -301,6 +301,36 @@ def test_a_draft_model_reads_a_prompt_only_where_drafting_beside_others_repays_i
     assert read_now == 0, read_now
 
 
+@pytest.mark.slow
+def test_a_new_slot_prices_its_first_prompt_read_from_the_calibration(pair_slots: Engine) -> None:
+    """Slots whose controllers have timed no draft yet (their own settings: new controllers)
+    still know what the draft model's tokens and catch-up cost, from the calibration: three
+    short answers to a long prompt, together, leave it unread (no draft they could make,
+    with the acceptance expected of a new answer, repays reading it beside the others);
+    and so does a lone answer too short to repay the read even with drafts kept whole."""
+    new = SpecConfig(n_max=11)
+    prompts = [_tagged(code_edit(), f"request {i}") for i in range(3)]
+    answers = pair_slots.generate_many(prompts, max_tokens=8, spec=new)
+    # the first request may be admitted alone for a moment: there, its read is judged alone
+    assert _prompts_unread(pair_slots, [a.stats.n_prompt for a in answers]) >= 2
+    lone = _tagged(code_edit(), "alone")
+    alone = pair_slots.generate(lone, max_tokens=4, spec=SpecConfig(n_max=9))
+    tokens = pair_slots.tokenize_prompt(lone)
+    slot = max(
+        pair_slots.scheduler().slots, key=lambda s: common_prefix_length(s.target.tokens, tokens)
+    )
+    assert slot.draft is not None
+    held = common_prefix_length(slot.draft.tokens, slot.target.tokens)
+    assert held < alone.stats.n_prompt, (held, alone.stats.n_prompt)
+
+
+def _tagged(messages: list[dict[str, str]], tag: str) -> list[dict[str, str]]:
+    """The same request, its user message starting with ``tag``: no cache holds its prompt."""
+    tagged = [dict(m) for m in messages]
+    tagged[-1]["content"] = f"({tag})\n{tagged[-1]['content']}"
+    return tagged
+
+
 def _prompts_unread(engine: Engine, lengths: list[int]) -> int:
     """Slots whose draft cache holds less of the target's context than the shortest of
     ``lengths`` (their draft model did not read the prompt)."""
@@ -324,7 +354,9 @@ def test_a_draft_model_rests_while_the_load_leaves_no_room_for_drafts(
     real = pair_slots.verify_cost()
     step = float(real(np.array([1]))[0])
     sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
-    reference = pair_slots.generate(code_edit(), max_tokens=96, mode="none", record_margins=True)
+    # long enough that, alone again, its drafts repay the catch-up with the prompt and the
+    # answer so far (a shorter answer rests to its end)
+    reference = pair_slots.generate(code_edit(), max_tokens=200, mode="none", record_margins=True)
     # controllers of their own (one per settings and slot): the answers of other tests, lost
     # to their prompt reads, would have the long answer's slot sit it out
     own = SpecConfig(n_max=12)
@@ -336,7 +368,7 @@ def test_a_draft_model_rests_while_the_load_leaves_no_room_for_drafts(
         with ThreadPoolExecutor(3) as pool:
             first = [pool.submit(pair_slots.generate, p, max_tokens=12, spec=own) for p in shorts]
             time.sleep(0.3)  # the long answer starts while both others are busy
-            long = pair_slots.generate(code_edit(), max_tokens=96, spec=own)
+            long = pair_slots.generate(code_edit(), max_tokens=200, spec=own)
             answers = [f.result() for f in first]
     finally:
         pair_slots.use_cost(real)

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -48,6 +48,7 @@ SHARED_STEP_MARGIN = 0.01
 # what a resting draft model's drafts, all accepted, must add to a step before it wakes: it
 # then reads its prompt and the answer so far, which flapping would pay again and again
 WAKE_MARGIN = 0.05
+RECHECK_RESTS = 16  # steps a decision that every draft model rests is reused unpriced
 DONE = object()  # the last item of a request's event queue
 
 
@@ -149,6 +150,8 @@ class BatchScheduler:
         self.figures = StepFigures()
         self.totals = StepTotals()
         self.resting = 0  # draft models resting now (``_rest_draft_models``)
+        self._rested_beside: list[SpeculativeLoop] = []  # the generations they all rested beside
+        self._rest_age = 0  # steps since that was priced
         self._batch = StepBatch(target)
         self.drafts = SideBySideDrafts(draft, len(self.slots), cost)
         self._waiting: deque[SlotRequest] = deque()
@@ -454,17 +457,24 @@ class BatchScheduler:
         rests: it does while not even drafts of which every token were accepted would pay
         for their drafting and their rows beside the other generations (a batch already as
         wide as pays). A resting draft model reads no prompt and makes no shadow checks,
-        work nothing would use; it catches up when the load lets it draft again. Before its
-        cost per token is known (no draft timed yet on any slot), it works as ever."""
+        work nothing would use; it catches up when the load lets it draft again, or when it
+        is left alone, if its drafts could still repay the catch-up. Without a calibrated
+        curve or a draft cost (a controller starts from the calibration's), it works as
+        ever."""
         busy = [s for s in self.slots if s.work is not None]
         loops = [s.work.loop for s in busy if s.work is not None]
         paid = [loop for loop in loops if isinstance(loop.drafter, SteppedDrafter)]
+        if self._still_resting(loops):
+            return
         known = [p[1] for loop in paid if (p := loop.control.paid_draft()) is not None]
         cost = self.cost()
         if cost is None or not known or len(loops) < 2:
-            for loop in paid:
-                loop.drafter_rests = False
-            self.resting = 0
+            for loop in paid:  # alone, it wakes where its own drafts could repay the catch-up
+                idle = loop.drafter_rests or not loop.drafter_begun
+                loop.drafter_rests = idle and not loop.control.catch_up_pays(
+                    loop.drafter_behind(), loop.tokens_left()
+                )
+            self._note_rests(loops, paid)
             return
         per_token = float(np.median(known))
         demands = [DraftDemand(np.zeros(0), 0, pinned=0) for _ in loops]
@@ -480,29 +490,55 @@ class BatchScheduler:
         lengths = self._drafted_side_by_side(demands, busy, cost, WAKE_MARGIN, per_token)
         # computed only in a step where some prompt is still unread (most steps have none)
         unread_any = any(not loop.drafter_begun for loop in paid)
-        saved = (
-            self._saved_per_token(demands, busy, cost, per_token, lengths) if unread_any else 0.0
-        )
+        saved = self._saved_per_token(loops, demands, busy, cost, per_token) if unread_any else 0.0
         for loop, length in zip(loops, lengths, strict=True):
             if loop in paid:
-                # a prompt not read yet is read only if drafts kept whole, at this load, could
+                # a prompt not read yet is read only if the drafts expected at this load could
                 # repay the read: every slot waits while the draft model reads
                 unread = not loop.drafter_begun and not loop.control.catch_up_pays(
                     loop.drafter_behind(), loop.tokens_left(), saved
                 )
                 loop.drafter_rests = length == 0 or unread
+        self._note_rests(loops, paid)
+
+    def _still_resting(self, loops: list[SpeculativeLoop]) -> bool:
+        """Whether the last decision holds without pricing it again: every draft model
+        rested beside the same generations, and a rest only deepens while they run (fewer
+        tokens left to repay a catch-up, more to catch up with). Priced again every
+        RECHECK_RESTS steps all the same (the curve and the draft costs are refined)."""
+        last = self._rested_beside
+        if len(loops) != len(last) or any(a is not b for a, b in zip(loops, last, strict=True)):
+            return False
+        self._rest_age += 1
+        return self._rest_age < RECHECK_RESTS
+
+    def _note_rests(self, loops: list[SpeculativeLoop], paid: list[SpeculativeLoop]) -> None:
         self.resting = sum(loop.drafter_rests for loop in paid)
+        all_rest = bool(paid) and self.resting == len(paid)
+        self._rested_beside, self._rest_age = (loops if all_rest else []), 0
 
     def _saved_per_token(
         self,
-        demands: list[DraftDemand],
+        loops: list[SpeculativeLoop],
+        awake: list[DraftDemand],
         slots: list[Slot],
         cost: VerifyCost,
         one_row: float,
-        lengths: list[int],
     ) -> float:
-        """What drafts kept whole at ``lengths`` save a drafting slot per token it writes:
-        its share of the time the whole step saves against plain batched decoding."""
+        """What the drafts expected at this load save a drafting slot per token it writes:
+        its share of the time the whole step saves against plain batched decoding. Each
+        draft model that could draft (``awake``: those not resting to the end) drafts as
+        its controller's acceptance estimates say (a new answer's: the prior) — not as if
+        kept whole, which at a few generations would have every prompt read for drafts the
+        budget then never verifies."""
+        demands = []
+        for loop, demand in zip(loops, awake, strict=True):
+            paid = loop.control.paid_draft() if demand.cap else None
+            if paid is None:
+                demands.append(demand)
+                continue
+            demands.append(replace(demand, acceptance=paid[0], drafting=True))
+        lengths = self._drafted_side_by_side(demands, slots, cost, 0.0, one_row)
         drafting = sum(length > 0 for length in lengths)
         if not drafting:
             return 0.0
