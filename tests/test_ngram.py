@@ -86,6 +86,21 @@ def test_a_copy_is_picked_back_up_after_a_renamed_identifier() -> None:
     assert again.tokens == [20, 21, 22, 23, 7, 8, 10, 11]
 
 
+def test_a_copy_writes_a_learnt_rename_where_the_source_has_the_old_name() -> None:
+    """The source uses a name (14 15) three times; the output writes 50 for its first use,
+    then follows the source again (16): the re-aligned copy writes 50 at the next uses too.
+    A rename the output then does not follow is forgotten."""
+    source = [10, 11, 12, 13, 14, 15, 16, 17, 18, 14, 15, 19, 14, 15, 20, 21, 22, 23]
+    prompt = [1, 2, 3, *source, 7, 8, 10, 11, 12, 13]
+    drafter = NgramDrafter(NgramParams(size_n=6, size_m=8, min_n=4))
+    assert drafter.propose(prompt, 8).tokens == [14, 15, 16, 17, 18, 14, 15, 19]
+    renamed = drafter.propose([*prompt, 50, 16], 8)
+    assert renamed.tokens == [17, 18, 50, 19, 50, 20, 21, 22] and renamed.match == 1
+    # the output wrote the old name after all: the next draft copies it as the source has it
+    kept = drafter.propose([*prompt, 50, 16, 17, 18, 14], 8)
+    assert kept.tokens == [15, 19, 14, 15, 20, 21, 22, 23]
+
+
 def test_no_copy_is_resumed_far_from_where_the_output_left_it() -> None:
     source = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
     prompt = [*source, 7, 8, 10, 11, 12, 13]

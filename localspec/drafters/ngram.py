@@ -21,6 +21,12 @@ the source is known: the drafter remembers where its last draft came from, and l
 the output's last token in the few source tokens after the point of departure. A draft from
 there says ``match=1`` (one token of evidence, judged by the controller's odds per key
 length like any weak match). ``min_n = size_n`` turns it off with the shorter keys.
+
+A re-alignment also says what was renamed: the source tokens the output skipped and what it
+wrote in their place (``customers`` where it now writes ``orders``). The sibling uses the new
+name again further on, where every copy would break anew; so, for the rest of the answer,
+drafts copied from the history write the new name where the source has the old one. A rename
+the output then does not follow (it wrote the old name after all) is forgotten.
 """
 
 from __future__ import annotations
@@ -41,16 +47,43 @@ SHORT_KEY_FACTOR = 2
 REALIGN_WINDOW = 16
 REALIGN_AFTER = 8
 REALIGN_DRAFT = 8
+RENAME_TOKENS = 6  # the longest span, old or new, a learnt rename replaces
 
 
 @dataclass(frozen=True)
 class CopyPlace:
     """Where a draft came from: the history index its first token was copied from, how long
-    the history was when it was made, and its tokens."""
+    the history was when it was made, its tokens, for each the source index after it (a
+    rename's tokens stand for the whole span they replace), and the renames it made
+    (draft positions ``[start, end)`` and the source span replaced)."""
 
     source: int
     made_at: int
     tokens: list[int]
+    ends: list[int]
+    renamed: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+
+    def followed(self, history: np.ndarray) -> int:
+        """How many of its tokens the output wrote since it was made."""
+        since = history[self.made_at :]
+        n = 0
+        while n < min(len(self.tokens), since.size) and since[n] == self.tokens[n]:
+            n += 1
+        return n
+
+    def source_after(self, n: int) -> int:
+        """The source index the copy stood at after its first ``n`` tokens."""
+        return self.ends[n - 1] if n else self.source
+
+
+@dataclass(frozen=True)
+class Realignment:
+    """Where a copy resumes, and the rename that made the output leave it: the source
+    tokens skipped and what the output wrote instead (either may be empty)."""
+
+    resume: int
+    old: tuple[int, ...] = ()
+    new: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,12 +103,14 @@ class NgramDrafter:
         self._history = np.zeros(0, dtype=np.int32)
         self._known: list[int] = []  # the context the history array was built from
         self._copy: CopyPlace | None = None  # the last draft's place (re-alignment)
+        self._renames: dict[int, dict[tuple[int, ...], tuple[int, ...]]] = {}  # by first token
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._sync(prompt)
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         history = self._sync(context)
+        self._forget_unfollowed_rename(history)
         size_m = min(self.params.size_m, n_max)
         if size_m <= 0:
             return Draft()
@@ -88,15 +123,57 @@ class NgramDrafter:
             if start is not None:
                 return self._copied(history, start + n, want, n)
         exact = self.params.min_n >= self.params.size_n  # llama.cpp's own behaviour
-        resume = None if exact else realigned(history, self._copy)
-        if resume is None:
+        found = None if exact else realigned(history, self._copy)
+        if found is None:
             return Draft()
-        return self._copied(history, resume, min(size_m, REALIGN_DRAFT), 1)
+        self._learn_rename(found)
+        return self._copied(history, found.resume, min(size_m, REALIGN_DRAFT), 1)
 
     def _copied(self, history: np.ndarray, source: int, want: int, match: int) -> Draft:
-        tokens = history[source : source + want].tolist()
-        self._copy = CopyPlace(source, history.size, tokens)
+        if not self._renames:  # the common case, kept to one slice
+            tokens = history[source : source + want].tolist()
+            ends = list(range(source + 1, source + 1 + len(tokens)))
+            self._copy = CopyPlace(source, history.size, tokens, ends)
+            return Draft(tokens, match=match)
+        tokens, ends, renamed = [], [], []
+        at = source
+        while len(tokens) < want and at < history.size:
+            old, new = self._rename_at(history, at)
+            if old:
+                renamed.append((len(tokens), len(tokens) + len(new), old))
+            else:
+                old = new = (int(history[at]),)
+            tokens.extend(new)
+            ends.extend([at + len(old)] * len(new))
+            at += len(old)
+        tokens, ends = tokens[:want], ends[:want]
+        self._copy = CopyPlace(source, history.size, tokens, ends, tuple(renamed))
         return Draft(tokens, match=match)
+
+    def _rename_at(self, history: np.ndarray, at: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The rename whose old tokens start at ``at`` (the longest), or two empty spans."""
+        best: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+        for old, new in self._renames.get(int(history[at]), {}).items():
+            if len(old) > len(best[0]) and tuple(history[at : at + len(old)].tolist()) == old:
+                best = (old, new)
+        return best
+
+    def _learn_rename(self, found: Realignment) -> None:
+        old, new = found.old, found.new
+        if old and new and old != new and max(len(old), len(new)) <= RENAME_TOKENS:
+            self._renames.setdefault(old[0], {})[old] = new
+
+    def _forget_unfollowed_rename(self, history: np.ndarray) -> None:
+        """A rename the output did not write where the last draft put it is forgotten."""
+        copy = self._copy
+        if copy is None or not copy.renamed or history.size <= copy.made_at:
+            return
+        followed = copy.followed(history)
+        if followed >= len(copy.tokens) or history.size - copy.made_at <= followed:
+            return  # the whole draft written, or nothing written yet past what it followed
+        for start, end, old in copy.renamed:
+            if start <= followed < end:
+                self._renames.get(old[0], {}).pop(old, None)
 
     def _key_lengths(self) -> range:
         low = max(1, min(self.params.min_n, self.params.size_n))
@@ -112,6 +189,7 @@ class NgramDrafter:
             self._known, new = [], list(context)
             self._history = np.zeros(0, dtype=np.int32)
             self._copy = None
+            self._renames = {}
         if new:
             self._known.extend(new)
             self._history = np.concatenate([self._history, np.asarray(new, dtype=np.int32)])
@@ -124,28 +202,31 @@ class NgramDrafter:
         self._history = np.zeros(0, dtype=np.int32)
         self._known = []
         self._copy = None
+        self._renames = {}
 
 
-def realigned(history: np.ndarray, copy: CopyPlace | None) -> int | None:
+def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None:
     """Where the copy ``copy`` was taken from resumes, given the output since it was made
     (the end of ``history``): past the tokens the output followed, at the first of the next
     REALIGN_WINDOW source tokens that holds the output's last token; None if the output
     left the copy more than REALIGN_AFTER tokens ago, or nothing there matches."""
     if copy is None or history.size <= copy.made_at:
         return None
-    since = history[copy.made_at :]
-    followed = 0
-    while followed < min(len(copy.tokens), since.size) and since[followed] == copy.tokens[followed]:
-        followed += 1
-    departure = copy.source + followed
-    own = since.size - followed  # the output's tokens since it left the copy
+    followed = copy.followed(history)
+    departure = copy.source_after(followed)
+    own = history.size - copy.made_at - followed  # the output's tokens since it left the copy
     if own == 0:
-        return departure if departure < copy.made_at else None
+        return Realignment(departure) if departure < copy.made_at else None
     if own > REALIGN_AFTER:
         return None
     window = history[departure : min(departure + REALIGN_WINDOW, copy.made_at - 1)]
     hits = np.flatnonzero(window == history[-1])
-    return departure + int(hits[0]) + 1 if hits.size else None
+    if not hits.size:
+        return None
+    hit = int(hits[0])
+    old = tuple(history[departure : departure + hit].tolist())
+    new = tuple(history[copy.made_at + followed : -1].tolist())
+    return Realignment(departure + hit + 1, old, new)
 
 
 def tail_occurrences(history: np.ndarray, max_n: int) -> tuple[np.ndarray, np.ndarray]:
