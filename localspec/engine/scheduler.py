@@ -488,7 +488,7 @@ class BatchScheduler:
             cap = max(0, min(loop.spec.n_max, loop.target.n_ctx - loop.target.n_past - 1))
             demands[i] = DraftDemand(np.ones(cap), cap, per_token, not loop.drafter_rests)
         lengths = self._drafted_side_by_side(demands, busy, cost, WAKE_MARGIN, per_token)
-        # computed only in a step where some prompt is still unread (most steps have none)
+        # computed only in a step where some prompt is still unread
         unread_any = any(not loop.drafter_begun for loop in paid)
         saved = self._saved_per_token(loops, demands, busy, cost, per_token) if unread_any else 0.0
         for loop, length in zip(loops, lengths, strict=True):
