@@ -1,21 +1,26 @@
 """Ctrl-C as users press it, on real processes: during a model load (while llama.cpp logs),
-during a derivation (llama.cpp's quantizer), during a bench. Each child gets SIGINT back to
-its default first: a suite started from a background job would otherwise hand every child
-an ignored SIGINT, and nothing here would be tested."""
+during a derivation (llama.cpp's quantizer), during a bench, while a server streams. Each
+child gets SIGINT back to its default first: a suite started from a background job would
+otherwise hand every child an ignored SIGINT, and nothing here would be tested."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from localspec.server.runner import GenerationStream
 from tests.conftest import derived_dir
 
 
@@ -177,3 +182,59 @@ def test_ctrl_c_while_the_command_starts_is_not_a_traceback() -> None:
         # before Python's own handler is in place, the signal ends the process quietly
         assert code in (130, -signal.SIGINT) or (code == 0 and "interrupted" not in out), out
         assert code != 130 or "localspec: interrupted" in out
+
+
+def test_ctrl_c_while_a_server_answers_several_clients(qwen_path: Path) -> None:
+    """Ctrl-C while the slots stream answers to several clients: the server stops with its
+    one line, no traceback from a generation posting to the event loop that has closed."""
+    port = _free_port()
+    proc = start("serve", str(qwen_path), "--port", str(port), "--parallel", "2")
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    streaming = threading.Barrier(3)
+
+    def client(n: int) -> None:
+        body = {"prompt": f"Count to {n}00:", "max_tokens": 2000, "stream": True}
+        try:
+            with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as r:
+                lines = r.iter_lines()
+                next(lines)
+                streaming.wait(30)
+                for _ in lines:
+                    pass
+        except (httpx.HTTPError, threading.BrokenBarrierError):
+            pass
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    streaming.wait(120)  # both answers are streaming
+    _, out, _ = interrupt(proc)
+    for thread in threads:
+        thread.join(60)
+    assert "Traceback" not in out and "Exception in thread" not in out, out[-3000:]
+    assert "localspec: stopped" in out, out[-2000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_generation_outliving_the_servers_event_loop_stops_quietly() -> None:
+    """A step longer than the server's wait for its connections (a calibration on a busy
+    machine) ends after the event loop has closed: what it then posts to the loop must stop
+    the generation, not raise in its thread."""
+    loop = asyncio.new_event_loop()
+    stream = GenerationStream(loop)
+    loop.close()
+    stream.put("a token")
+    stream.post(print)
+    assert stream.ended()

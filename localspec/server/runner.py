@@ -87,7 +87,7 @@ class EngineRunner:
                 with self._count:
                     self.running -= 1
                     self._threads.discard(threading.current_thread())
-                stream.loop.call_soon_threadsafe(turn.release)
+                stream.post(turn.release)
                 stream.put(_DONE)
 
         thread = threading.Thread(target=work, name="localspec-generate", daemon=True)
@@ -133,7 +133,17 @@ class GenerationStream:
         return self.stopped.is_set() or self._closing()
 
     def put(self, item: object) -> None:
-        self.loop.call_soon_threadsafe(self._events.put_nowait, item)
+        self.post(self._events.put_nowait, item)
+
+    def post(self, call: Callable[..., object], *args: object) -> None:
+        """Run ``call`` on the server's event loop. Once the loop is closed (the server
+        stopped, Ctrl-C) nobody reads the events any more: the generation stops instead."""
+        try:
+            self.loop.call_soon_threadsafe(call, *args)
+        except RuntimeError:
+            if not self.loop.is_closed():
+                raise
+            self.stopped.set()
 
     def __aiter__(self) -> GenerationStream:
         return self
