@@ -115,6 +115,23 @@ def test_a_drafter_that_pays_per_token_grows_its_drafts_gently() -> None:
     assert paying_drafts[:3] == [4, 9, 14]
 
 
+def test_sampled_drafts_are_judged_by_their_odds_not_by_their_luck() -> None:
+    # at temperature > 0 a draft model's drafts are kept a few times in a row by chance
+    # while each token had a 60% chance: the odds, not the outcomes, say drafting loses
+    def verified(odds: bool) -> AdaptiveController:
+        ctl = controller(16, SMALL_CPU)
+        step = float(SMALL_CPU(np.array([1]))[0])
+        for _ in range(4):
+            k = max(ctl.draft_length, 1)
+            told = [0.6] * k if odds else None
+            ctl.observe(k, k, 0.3 * step * k, float(SMALL_CPU(np.array([k + 1]))[0]), told)
+        return ctl
+
+    lucky, judged = verified(odds=False), verified(odds=True)
+    assert lucky.pauses == 1 and lucky.draft_length > 9 and lucky.acceptance()[0] > 0.9
+    assert judged.pauses == 4 and judged.draft_length == 4 and judged.acceptance()[0] < 0.7
+
+
 def test_moderate_acceptance_prefers_short_drafts_on_cpu_long_on_gpu() -> None:
     rng = np.random.default_rng(0)
 

@@ -12,6 +12,7 @@ from localspec.engine.verify import (
     TokenDraws,
     accept_greedy,
     accept_sampling,
+    acceptance_odds,
     draw_margin,
     probabilities,
     residual,
@@ -238,3 +239,28 @@ def test_a_draws_margin_is_its_distance_to_the_nearer_edge_of_its_token() -> Non
         assert beyond != sample(p, u)
         step = margin + 1e-9
         assert {sample(p, max(u - step, 0.0)), sample(p, min(u + step, 1 - 1e-12))} & {beyond}
+
+
+def test_each_position_a_draft_reaches_reports_its_chance_of_acceptance() -> None:
+    """The chance is sum(min(p, q)) over the drafter's draws (one-hot q: p of the drafted
+    token), for every position verification reached, the rejected one included; averaged
+    over the draws it is how often the position is accepted."""
+    params = SamplingParams(temperature=1.0)
+    q = np.array([0.1] * 10)
+    rows = np.stack([logits_for(TARGET)] * 4)
+    expected = float(np.minimum(TARGET, q).sum())
+    rng = np.random.default_rng(5)
+    accepted, reached = 0, 0
+    for _ in range(20_000):
+        draft = [int(t) for t in rng.choice(VOCAB, size=3, p=q)]
+        odds: list[float] = []
+        n_acc, _ = accept_sampling(draft, [q] * 3, rows, params, IidDraws(rng), 0, odds)
+        assert len(odds) == min(n_acc + 1, 3)
+        assert odds == pytest.approx([expected] * len(odds))
+        accepted += n_acc
+        reached += len(odds)
+    assert accepted / reached == pytest.approx(expected, abs=0.01)
+    odds = []
+    n_acc, _ = accept_sampling([0, 9], None, rows, params, TokenDraws(seed=3), 0, odds)
+    assert odds[0] == pytest.approx(TARGET[0]) and len(odds) == min(n_acc + 1, 2)
+    assert acceptance_odds(TARGET, None, 9) == pytest.approx(TARGET[9])

@@ -196,10 +196,17 @@ class ChainController:
     def shadow_checks(self) -> int:
         return sum(part.shadow_checks for part in self.parts)
 
-    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+    def observe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        odds: Sequence[float] | None = None,
+    ) -> None:
         source = self.chain.last_source
         if n_drafted and source is not None:
-            self.parts[source].observe(n_drafted, n_accepted, draft_s, verify_s)
+            self.parts[source].observe(n_drafted, n_accepted, draft_s, verify_s, odds)
             return
         for part in self.parts:  # a plain round for each (a paused one counts it too)
             part.observe(0, 0, draft_s, verify_s)

@@ -6,7 +6,8 @@ a_1..a_k (a_i = P(draft token i accepted | tokens before it accepted)), a round 
 tokens emits E(k) = 1 + sum_i prod_{j<=i} a_j tokens and costs draft(k) + verify(k + 1).
 All three are measured as the generation runs:
 
-* a_i: exponentially decayed counts per position (recent text matters most);
+* a_i: exponentially decayed counts per position (recent text matters most; at temperature
+  > 0 each position verified counts its chance of acceptance, sum(min(p, q)), not its draw);
 * verify(n): the target's measured cost curve (``costs.VerifyCost``), rescaled online;
 * draft(k): decayed seconds per drafted token.
 
@@ -50,6 +51,7 @@ The Engine keeps one controller per mode across generations: measured costs carr
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,13 +142,25 @@ class AcceptanceEstimate:
         self.tried *= DECAY
         self.prior_tries = max(self.prior_tries * DECAY, MIN_PRIOR_TRIES)
 
-    def record_round(self, n_drafted: int, n_accepted: int, depth: int = 0) -> None:
+    def record_round(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        depth: int = 0,
+        odds: Sequence[float] | None = None,
+    ) -> None:
         """A verified draft: position i is only "tried" when every earlier one was kept.
         ``depth``: the draft continued a guess that deep (a resume mid-shadow-round), so its
-        first token is position ``depth`` of the guessed continuation."""
+        first token is position ``depth`` of the guessed continuation. ``odds``: the chance
+        each position reached had of being accepted (sampling), counted instead of whether
+        it was: the same expectation without the draws' noise."""
         self.decay()
-        self.tried[depth : depth + min(n_accepted + 1, n_drafted)] += 1
-        self.accepted[depth : depth + n_accepted] += 1
+        reached = min(n_accepted + 1, n_drafted)
+        self.tried[depth : depth + reached] += 1
+        if odds is not None and len(odds) == reached:
+            self.accepted[depth : depth + reached] += odds
+        else:
+            self.accepted[depth : depth + n_accepted] += 1
 
     def record_position(self, position: int, acceptance: float) -> None:
         self.tried[position] += 1
@@ -293,7 +307,14 @@ class FixedLengthController:
     def observe_shadow(self, check: ShadowCheck) -> None:
         """Never asked for one."""
 
-    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+    def observe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        odds: Sequence[float] | None = None,
+    ) -> None:
         """A fixed length decides nothing from what it sees."""
 
     def verification_odds(self, draft: Draft) -> np.ndarray | None:
@@ -472,8 +493,16 @@ class AdaptiveController:
         spacing = np.ceil(self._draft_cost.per_token / self._budget_s())
         return int(np.clip(spacing, 1, MAX_SHADOW_SPACING))
 
-    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
-        """Record one verified (or plain) round and choose the draft length for the next."""
+    def observe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        odds: Sequence[float] | None = None,
+    ) -> None:
+        """Record one verified (or plain) round and choose the draft length for the next
+        (``odds``: see ``AcceptanceEstimate.record_round``)."""
         self._since_shadow += 1
         self.cost.observe(n_drafted + 1, verify_s)
         if not n_drafted:
@@ -483,15 +512,15 @@ class AdaptiveController:
         step = float(self.cost(np.array([1]))[0])
         self._ledger.saved((n_accepted + 1) * step - draft_s - verify_s)
         if self._strong_round:  # judged on its own evidence: the pause state stands
-            self._strong.record_round(n_drafted, n_accepted)
+            self._strong.record_round(n_drafted, n_accepted, odds=odds)
             # as verified drafts grow (see below): deep positions borrow their estimates,
             # and a chat that re-quotes its history breaks off a dozen tokens into a match
             self._strong_cap = max(2 * (n_accepted + 1), self._resume)
             return
         depth, self._resume_depth = self._resume_depth, 0
-        self._estimate.record_round(n_drafted, n_accepted, depth)
+        self._estimate.record_round(n_drafted, n_accepted, depth, odds)
         if depth == 0:
-            self._key_odds.record(self._round_key, float(n_accepted > 0))
+            self._key_odds.record(self._round_key, odds[0] if odds else float(n_accepted > 0))
         best = self._best_length(self._pause_margin())
         paid = self._paid(n_drafted, n_accepted)
         if paid:

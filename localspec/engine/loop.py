@@ -97,7 +97,14 @@ class DraftControl(Protocol):
     def fit(self, draft: Draft) -> int: ...
     def shadow_length(self) -> int: ...
     def observe_shadow(self, check: ShadowCheck) -> None: ...
-    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None: ...
+    def observe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        odds: Sequence[float] | None = None,
+    ) -> None: ...
     def verification_odds(self, draft: Draft) -> np.ndarray | None: ...
     def paid_draft(self) -> tuple[np.ndarray, float] | None: ...
     def note_draft_time(self, n_drafted: int, seconds: float) -> None: ...
@@ -449,19 +456,21 @@ class SpeculativeLoop:
 
     def _accept(
         self, draft: Draft, rows: Sequence[np.ndarray]
-    ) -> tuple[int, int, np.ndarray | None]:
-        """How many drafted tokens the target accepts, its own next token, and (a plain
-        sampled round) the distribution it was drawn from, for a shadow guess."""
+    ) -> tuple[int, int, np.ndarray | None, list[float] | None]:
+        """How many drafted tokens the target accepts, its own next token, (a plain sampled
+        round) the distribution it was drawn from, for a shadow guess, and (a sampled draft)
+        the chance each position it reached had of being accepted, for the controller."""
         if self.sampling.greedy:
-            return (*accept_greedy(draft.tokens, rows), None)
+            return (*accept_greedy(draft.tokens, rows), None, None)
         position = len(self.output.tokens)
         if not draft.tokens:
             chosen, p = sample_row(rows[0], self.sampling, self.draws.uniform(position))
-            return 0, chosen, p
+            return 0, chosen, p, None
+        odds: list[float] = []
         n_acc, chosen = accept_sampling(
-            draft.tokens, draft.probs, rows, self.sampling, self.draws, position
+            draft.tokens, draft.probs, rows, self.sampling, self.draws, position, odds
         )
-        return n_acc, chosen, None
+        return n_acc, chosen, None, odds
 
     def finish(
         self,
@@ -476,7 +485,7 @@ class SpeculativeLoop:
         of the time measured (a pass shared with other generations costs more than theirs)."""
         draft, shadow, n_past = plan.draft, plan.shadow, plan.n_past
         rows = self._constrained(raw, draft.tokens)
-        n_acc, chosen, p_plain = self._accept(draft, rows)
+        n_acc, chosen, p_plain, odds = self._accept(draft, rows)
         at = len(self.output.tokens)  # the output position of the round's first token
         margins = (
             [self._tie(rows[i], at + i) for i in range(n_acc + 1)] if self.record_margins else []
@@ -496,7 +505,7 @@ class SpeculativeLoop:
             if not draft.tokens:
                 self.control.note_draft_time(plan.made, draft_s)
             draft_s *= len(draft) / plan.made
-        self.control.observe(len(draft), n_acc, draft_s, verify_s)
+        self.control.observe(len(draft), n_acc, draft_s, verify_s, odds)
         if shadow is not None and self.shadows is not None:
             self.shadows.score(shadow, p_plain, chosen, draft_s)
         self.recorder.draft_s += plan.draft_s

@@ -184,26 +184,40 @@ def accept_sampling(
     params: SamplingParams,
     draws: TokenDraws,
     position: int,
+    odds: list[float] | None = None,
 ) -> tuple[int, int]:
     """Speculative sampling over one draft; same contract as ``accept_greedy``.
 
     ``draft_probs[i]`` is the drafter's processed distribution at position i (None: one-hot);
-    ``position``: the output position of the draft's first token."""
+    ``position``: the output position of the draft's first token. ``odds``, when given,
+    receives the chance each position reached had of being accepted (``acceptance_odds``)."""
     for i, token in enumerate(draft):
         p = probabilities(target_rows[i], params)
         at = position + i
-        if draft_probs is None:  # one-hot q: the target's own draw decides
+        q = None if draft_probs is None else draft_probs[i]
+        if odds is not None:
+            odds.append(acceptance_odds(p, q, token))
+        if q is None:  # one-hot q: the target's own draw decides
             chosen = sample(p, draws.uniform(at))
             if chosen == token:
                 continue
             return i, chosen
-        q = draft_probs[i]
         q_x = float(q[token])
         if q_x > 0.0 and draws.uniform(at, draws.ACCEPT) * q_x < p[token]:  # min(1, p/q)
             continue
         return i, sample(residual(p, q, token), draws.uniform(at, draws.RESIDUAL))
     end = position + len(draft)
     return len(draft), sample_row(target_rows[len(draft)], params, draws.uniform(end))[0]
+
+
+def acceptance_odds(p: np.ndarray, q: np.ndarray | None, token: int) -> float:
+    """The chance that a drafted position is accepted, over the drafter's draws:
+    sum(min(p, q)) (one-hot q: p of the drafted token). The outcome of one verification is
+    this chance's coin flip; the chance itself says as much with less noise, which matters
+    to a controller judging drafts at temperature > 0 from a handful of rounds."""
+    if q is None:
+        return float(p[token])
+    return float(np.minimum(p, q).sum())
 
 
 def sample_row(row: np.ndarray, params: SamplingParams, u: float) -> tuple[int, np.ndarray]:
