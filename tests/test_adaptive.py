@@ -193,16 +193,43 @@ def test_a_draft_that_must_catch_up_checks_only_in_the_answer_opening() -> None:
     ctl.note_catch_up(0.1 * STEP)  # a tenth of a step per token: a CPU draft model
     ctl.note_catch_up(None)  # a cached prompt shows nothing: what was measured stays
     lengths = drive(ctl, CPU, lambda k: 0, 200, draft_per_token=0.4 * STEP)
-    # the opening's checks (every step) end at the second miss; none after that
-    assert ctl.paused and lengths[:3] == [-1, -1, 0] and max(lengths[2:]) == 0
+    # the opening's evidence (every step: a check, then one-token probes, as a batch of
+    # two costs a third of a step more than one here) ends at the second miss; none after
+    assert ctl.paused and lengths[:3] == [-1, 1, 0] and max(lengths[2:]) == 0
     ctl.start()
-    assert ctl.shadow_length()  # the next answer starts with a check again
+    assert ctl.next_draft_length() == 1  # the next answer starts with a probe again
 
     fast = controller(16)
     fast.note_catch_up(0.001 * STEP)  # a GPU-like catch-up: checks continue, spaced
     lengths = drive(fast, CPU, lambda k: 0, 200, draft_per_token=0.4 * STEP)
     # after the opening, each check costs 0.4 step: the budget (2.5%) allows one in 16
-    assert 2 + 198 / 16 - 2 <= lengths.count(-1) <= 2 + 198 / 16 + 2 and max(lengths) == 0
+    # (the opening: a check, then a probe; afterwards only checks)
+    assert 2 + 198 / 16 - 2 <= lengths.count(-1) <= 2 + 198 / 16 + 2
+    assert lengths[1] == 1 and max(lengths[2:]) == 0
+
+
+def test_the_opening_verifies_one_token_drafts_where_a_pair_of_rows_costs_little() -> None:
+    # a check and a verified one-token draft cost the drafter the same token and tell the
+    # same; the verified one keeps the token when right, for what two rows cost over one
+    pair = controller(16)  # two rows: 1.36 steps, under the prior's 0.8 step a token is worth
+    pair.note_catch_up(0.1 * STEP)
+    lengths = drive(pair, CPU, lambda k: k, 6, draft_per_token=0.4 * STEP)
+    assert lengths[0] == -1 and lengths[1:3] == [1, 1]  # a check times the drafter
+    assert not pair.paused and lengths[3] == pair._resume  # kept: drafting resumes
+    assert pair.shadow_checks == 1 and pair.pauses == 0
+
+    steep = controller(16, SMALL_CPU)  # two rows cost two steps: checks stay cheaper
+    steep.note_catch_up(0.1 * STEP)
+    assert drive(steep, SMALL_CPU, lambda k: 0, 5, draft_per_token=0.4 * STEP)[:2] == [-1, -1]
+
+    cut = controller(16)  # a probe a shared step cut still counts towards the opening
+    cut.note_catch_up(0.1 * STEP)
+    drive(cut, CPU, lambda k: 1, 1, draft_per_token=0.4 * STEP)
+    for _ in range(adaptive.OPENING_CHECKS - 1):
+        assert cut.next_draft_length() == 1 and cut.fit(Draft([0])) == 1
+        cut.note_draft_time(1, 0.4 * STEP)
+        cut.observe(0, 0, 0.0, STEP)
+    assert cut.next_draft_length() == 0 and cut.shadow_length() == 0 and cut.paused
 
 
 def test_a_modelled_schedule_catches_up_at_the_calibrated_batched_rate() -> None:
@@ -223,7 +250,8 @@ def test_hopeless_drafter_stops_checking() -> None:
     ctl = controller(4)
     lengths = drive(ctl, CPU, lambda k: k, 20, draft_per_token=2.0 * STEP)  # slower than a step
     # even right guesses cannot make drafting pay: said once its cost is measured thrice
-    assert lengths == [-1] * SETTLED_SAMPLES + [0] * (20 - SETTLED_SAMPLES)
+    # (a check, then probes: see test_the_opening_verifies_one_token_drafts_where_...)
+    assert lengths == [-1] + [1] * (SETTLED_SAMPLES - 1) + [0] * (20 - SETTLED_SAMPLES)
     assert ctl.hopeless and not ctl.shadow_length() and ctl.next_draft_length() == 0
 
 

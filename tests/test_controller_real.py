@@ -13,7 +13,7 @@ import pytest
 from localspec import Engine
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.costs import VerifyCost
-from localspec.engine.drafting import Draft
+from localspec.engine.drafting import Draft, Steps
 from localspec.engine.model_context import common_prefix_length
 from localspec.prompts import builtin_prompts, suite_prompts
 
@@ -28,19 +28,28 @@ def code_edit() -> list[dict[str, str]]:
 def test_a_stall_in_the_first_draft_does_not_freeze_speculation(
     qwen_cpu_pair: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The draft model's first guess is stalled (as when the desktop runs something else
-    for a second): measured alone, it says drafting costs a second a token, which no draft
-    could pay. The controller must not believe one measurement: the answer still drafts."""
-    real = DraftModelDrafter.propose
+    """The draft model's first guess or draft is stalled (as when the desktop runs something
+    else for a second): measured alone, it says drafting costs a second a token, which no
+    draft could pay. The controller must not believe one measurement: the answer still
+    drafts."""
+    real, real_steps = DraftModelDrafter.propose, DraftModelDrafter.propose_steps
     stalled: list[DraftModelDrafter] = []
 
-    def propose(self: DraftModelDrafter, context: Sequence[int], n_max: int) -> Draft:
-        if n_max > 0 and self not in stalled:
-            stalled.append(self)
+    def stall(drafter: DraftModelDrafter, n_max: int) -> None:
+        if n_max > 0 and drafter not in stalled:
+            stalled.append(drafter)
             time.sleep(STALL_S)
+
+    def propose(self: DraftModelDrafter, context: Sequence[int], n_max: int) -> Draft:
+        stall(self, n_max)  # a shadow check's guess
         return real(self, context, n_max)
 
+    def propose_steps(self: DraftModelDrafter, context: Sequence[int], n_max: int) -> Steps[Draft]:
+        stall(self, n_max)  # a draft (or the opening's one-token probe)
+        return (yield from real_steps(self, context, n_max))
+
     monkeypatch.setattr(DraftModelDrafter, "propose", propose)
+    monkeypatch.setattr(DraftModelDrafter, "propose_steps", propose_steps)
     result = qwen_cpu_pair.generate(code_edit(), max_tokens=96, temperature=0.0, mode="draft-model")
     assert stalled, "the stall was not injected"
     assert result.stats.accepted > 0, result.stats

@@ -216,6 +216,12 @@ class ChainController:
         return max(part.draft_length for part in self.parts)
 
     @property
+    def probing(self) -> bool:
+        """A chain's probes are not turned into checks when a shared step cuts them (its
+        guesses go to the link that asked): a cut probe only counts towards the opening."""
+        return False
+
+    @property
     def paused(self) -> bool:
         return all(part.paused for part in self.parts)
 

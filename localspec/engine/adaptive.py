@@ -28,7 +28,10 @@ Every answer opens with shadow checks, because acceptance depends on the prompt:
 checks every step; a neural drafter checks while its own cost stays within SHADOW_BUDGET of
 the time, or, when it would first have to catch its cache up with a paused stretch (a draft
 model on a CPU), only in the answer's opening, until its second miss (it is in step with
-the answer there: it has drafted or guessed at every step).
+the answer there: it has drafted or guessed at every step). Where the target's two-row batch
+costs less over a step than a drafted token is expected to be worth, the opening verifies
+one-token drafts (probes) instead: the same cost to the drafter, the same evidence, and the
+token kept when right (``_probing``).
 An opening of right guesses always ends in a verified draft when no check can follow it:
 the cost model that would keep the answer plain was measured once, maybe on a busy machine,
 and one verified round measures what it only predicts. Nor is a drafter hopeless on one
@@ -277,6 +280,7 @@ class FixedLengthController:
     pauses = 0
     shadow_checks = 0
     sits_out = False
+    probing = False
 
     def __init__(self, n_max: int) -> None:
         self.n_max = self.draft_length = n_max
@@ -360,6 +364,8 @@ class AdaptiveController:
         self._since_shadow = 0
         self._streak = 0
         self._misses = 0  # wrong guesses and lost rounds in this answer's opening
+        self._probes = 0  # one-token drafts verified in this answer's opening (``_probing``)
+        self._probe_round = False  # the round being verified is one of them
         # acceptance is per answer: earlier answers (another kind of text) mislead
         self._estimate.reset()
         self._strong.reset()
@@ -422,7 +428,33 @@ class AdaptiveController:
     def next_draft_length(self) -> int:
         """How many tokens to draft and verify this round (0: decode plainly), whatever the
         draft's own evidence."""
+        if self._probing():
+            return 1
         return 0 if self.paused or self.hopeless else self.draft_length
+
+    @property
+    def probing(self) -> bool:
+        """Whether the answer's opening verifies one-token drafts (``_probing``)."""
+        return self._probing()
+
+    def _in_opening(self) -> bool:
+        """The answer's opening: evidence every step, until OPENING_MISSES misses or
+        OPENING_CHECKS checks and probes."""
+        return self._misses < OPENING_MISSES and self.shadow_checks + self._probes < OPENING_CHECKS
+
+    def _probing(self) -> bool:
+        """Whether the opening verifies a one-token draft instead of a shadow check. Both
+        cost the drafter one token and say whether its guess was right; the verified one
+        also keeps the token when it is, for the cost of a two-row batch over a step. Where
+        that extra is under the token's expected worth (a_1 steps) the probe is the better
+        buy: a draft model beside a target whose batches of two cost little more than one
+        step. On a small CPU where two rows cost two steps, checks stay cheaper."""
+        if not self.paused or self.hopeless or self.n_min > 1 or not self._in_opening():
+            return False
+        if not self._draft_cost.seen or self._drafts_cost_nothing():
+            return False
+        step, pair = self.cost(np.array([1, 2]))
+        return float(pair - step) < float(self.acceptance()[0]) * float(step)
 
     def proposal_length(self) -> int:
         """How many tokens to ask the drafter for: a drafter whose drafts cost nothing (a
@@ -436,6 +468,7 @@ class AdaptiveController:
         """How many of the proposed tokens to verify: the chosen draft length, or, for a
         draft on a strong match, the length the strong drafts' own estimates choose."""
         k = self.next_draft_length()
+        self._probe_round = self.paused and k > 0
         self._strong_round = False
         self._round_key = draft.match
         if draft.match >= STRONG_MATCH and not self.hopeless:
@@ -472,7 +505,9 @@ class AdaptiveController:
         """Whether this plain round should carry a shadow check (see the module docstring)."""
         if not self.paused or self.hopeless:
             return False
-        if self._misses < OPENING_MISSES and self.shadow_checks < OPENING_CHECKS:
+        if self._probing():
+            return False  # the opening's evidence comes from verified one-token drafts
+        if self._in_opening():
             return True  # the answer's opening: a check every step
         if not self._catch_up_is_cheap():
             return False  # it would first have to catch up with the paused stretch
@@ -484,7 +519,8 @@ class AdaptiveController:
         than left unused for the rest of the answer on a cost model's word. The verified
         round measures what the model only predicted, and the answer drafts or pauses on
         that evidence."""
-        return self.shadow_checks >= OPENING_CHECKS and not self._catch_up_is_cheap()
+        opened = self.shadow_checks + self._probes
+        return opened >= OPENING_CHECKS and not self._catch_up_is_cheap()
 
     def _shadow_spacing(self) -> int:
         """Plain steps per shadow check, so that checks cost at most SHADOW_BUDGET."""
@@ -506,11 +542,15 @@ class AdaptiveController:
         self._since_shadow += 1
         self.cost.observe(n_drafted + 1, verify_s)
         if not n_drafted:
+            self._probe_round = False  # a probe cut to a check (``SpeculativeLoop.cut``)
             return  # a plain round (or a lookup that found nothing): nothing to decide
         self._record_draft_cost(n_drafted, draft_s)
         self._curve_confirmed = True
         step = float(self.cost(np.array([1]))[0])
         self._ledger.saved((n_accepted + 1) * step - draft_s - verify_s)
+        if self._probe_round:
+            self._observe_probe(n_drafted, n_accepted, odds)
+            return
         if self._strong_round:  # judged on its own evidence: the pause state stands
             self._strong.record_round(n_drafted, n_accepted, odds=odds)
             # as verified drafts grow (see below): deep positions borrow their estimates,
@@ -543,6 +583,18 @@ class AdaptiveController:
                 grown = n_accepted + 1 + self._resume
             self.draft_length = min(best, max(self.draft_length, grown))
 
+    def _observe_probe(self, n_drafted: int, n_accepted: int, odds: Sequence[float] | None) -> None:
+        """An opening's verified one-token draft: evidence as a check's, and speculation
+        resumes on it as on a check (``observe_shadow``)."""
+        self._probe_round = False
+        self._probes += 1
+        self._estimate.record_round(n_drafted, n_accepted, 0, odds)
+        # right as a check is right: kept, or (sampling) with a chance of STREAK_HIT
+        hit = (odds[0] if odds else float(n_accepted == n_drafted)) >= STREAK_HIT
+        self._streak = self._streak + 1 if hit else 0
+        self._misses += not hit
+        self._resume_if_it_pays(depth=0, last=not self._in_opening())
+
     def observe_shadow(self, check: ShadowCheck) -> None:
         """Record a shadow check, and resume speculation if the evidence says it pays (mid-
         round, a resumed draft would start ``position + 1`` tokens into the guess)."""
@@ -566,24 +618,32 @@ class AdaptiveController:
             self._size_guesses(check.n_guessed, check.draft_s)
         self._estimate.record_position(position, acceptance)
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
-        gains = self._perfect_gains()  # what drafts kept whole would give: computed once
-        self.hopeless = self._is_hopeless(gains)
         # mid-round, a draft would start deeper in the guessed continuation: it is judged
         # by the acceptance there (which copies reach far, which prose breaks off early)
         depth = 0 if check.last else position + 1
+        if not self._resume_if_it_pays(depth, self._last_check()) and acceptance < STREAK_HIT:
+            self._misses += 1
+
+    def _resume_if_it_pays(self, depth: int, last: bool) -> bool:
+        """Resume speculation after a check or probe if the estimates (at ``depth`` into a
+        guessed continuation) predict a gain, or on a streak of right guesses where a short
+        draft kept whole would pay (``last``: no check follows this one)."""
+        gains = self._perfect_gains()  # what drafts kept whole would give: computed once
+        self.hopeless = self._is_hopeless(gains)
         backoff = 2**self._backoff
         best = 0 if self.hopeless else self._best_length(RESUME_MARGIN * backoff, depth)
         streak = self._streak >= SHADOW_STREAK * backoff
-        if best == 0 and streak and (gains[self._resume] > 1 + MARGIN or self._last_check()):
+        if best == 0 and streak and (gains[self._resume] > 1 + MARGIN or last):
             best = self._resume  # a short draft kept whole would pay
-        if best > 0:  # resume short, and let the verified rounds grow the draft
-            self.paused, self.draft_length = False, min(best, self._resume_length(gains))
-            # the estimates that chose to resume were those at this depth: the draft's
-            # outcome is evidence about them (recorded at position 0, a first token rejected
-            # after a right guess would never correct them)
-            self._resume_depth = depth
-        elif acceptance < STREAK_HIT:
-            self._misses += 1
+        if best == 0:
+            return False
+        # resume short, and let the verified rounds grow the draft
+        self.paused, self.draft_length = False, min(best, self._resume_length(gains))
+        # the estimates that chose to resume were those at this depth: the draft's outcome
+        # is evidence about them (recorded at position 0, a first token rejected after a
+        # right guess would never correct them)
+        self._resume_depth = depth
+        return True
 
     def _observe_strong_shadow(self, check: ShadowCheck) -> None:
         """A guess on a strong match that ``fit`` did not verify (its estimates said no):
@@ -652,6 +712,9 @@ class AdaptiveController:
         known: none of it was verified)."""
         if n_drafted > 0:
             self._record_draft_cost(n_drafted, seconds)
+        if self._probe_round:  # a probe the shared step cut: it still ends the opening
+            self._probe_round = False
+            self._probes += 1
 
     def acceptance(self) -> np.ndarray:
         """Estimated a_i for positions 1..n_max (see ``AcceptanceEstimate``)."""

@@ -86,6 +86,7 @@ class DraftControl(Protocol):
     shadow_checks: int
 
     sits_out: bool  # this answer goes without the drafter (it cost the answers before)
+    probing: bool  # the opening verifies one-token drafts instead of checking guesses
 
     def start(self) -> None: ...
     def note_catch_up(self, seconds_per_token: float | None) -> None: ...
@@ -392,6 +393,9 @@ class SpeculativeLoop:
         """The plan with its draft cut to ``length`` tokens (a shared step's draft budget)."""
         if length >= len(plan.draft):
             return plan
+        if not length and self.control.probing and self.shadows is not None:
+            # an opening probe the step has no room for: its token, made, is checked instead
+            return replace(plan, draft=Draft(), shadow=(plan.draft.truncated(1), 0), made=0)
         return replace(plan, draft=plan.draft.truncated(length) if length else Draft())
 
     def draft_length(self) -> int:
@@ -452,7 +456,10 @@ class SpeculativeLoop:
         if draft.tokens:
             self.shadows.stop()
             return draft, None
-        return draft, self.shadows.check(context)  # scored after the plain step, not verified
+        # scored after the plain step, not verified; a probe the step had no room for is
+        # checked instead
+        denied = cap == 0 and self.control.probing
+        return draft, self.shadows.check(context, 1 if denied else None)
 
     def _accept(
         self, draft: Draft, rows: Sequence[np.ndarray]

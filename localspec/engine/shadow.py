@@ -40,14 +40,14 @@ class ShadowRounds:
         """Speculation drafts again: the shadow round being followed is over."""
         self._following = None
 
-    def check(self, context: Sequence[int]) -> tuple[Draft, int] | None:
+    def check(self, context: Sequence[int], n: int | None = None) -> tuple[Draft, int] | None:
         """What this plain round checks: the next position of the shadow round being
         followed, or a new guess when the controller asks for one. Only one-hot guesses are
         followed past their first token: plain sampling then takes the guessed path exactly
         as often as verification would accept it."""
         if self._following is not None and self.control.paused:
             return self._following
-        n = self.control.shadow_length()
+        n = self.control.shadow_length() if n is None else n
         if n == 0:
             return None
         guess = self.drafter.propose(context, n)
