@@ -116,7 +116,7 @@ class CheckingControl:
     """A controller that never drafts and asks for 8-token shadow guesses (the adaptive
     controller's decisions are tested in test_adaptive.py; this checks the loop's part)."""
 
-    draft_length, paused, pauses, shadow_checks, sits_out = 0, True, 0, 0, False
+    draft_length, paused, pauses, shadow_checks, sits_out, probing = 0, True, 0, 0, False, False
 
     def __init__(self) -> None:
         self.calls: list[tuple[float | None, int, bool, int]] = []
@@ -136,7 +136,14 @@ class CheckingControl:
     def observe_shadow(self, check: ShadowCheck) -> None:
         self.calls.append((check.acceptance, check.position, check.last, check.n_guessed))
 
-    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+    def observe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        odds: Sequence[float] | None = None,
+    ) -> None:
         assert n_drafted == 0
 
 

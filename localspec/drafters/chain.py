@@ -135,6 +135,11 @@ class ChainController:
         return True
 
     def proposal_length(self) -> int:
+        # a probing draft model leaves no round to shadow checks, the only way a lookup's
+        # controller learns that its drafts cost nothing (and is then asked for them)
+        timed = all(part.timed for part in self.parts)
+        for part in self.parts:
+            part.may_probe = timed
         self.chain.limits = [part.proposal_length() for part in self.parts]
         self.chain.judge = self._judge
         self._fitted = {}

@@ -281,6 +281,8 @@ class FixedLengthController:
     shadow_checks = 0
     sits_out = False
     probing = False
+    timed = True
+    may_probe = True
 
     def __init__(self, n_max: int) -> None:
         self.n_max = self.draft_length = n_max
@@ -354,6 +356,7 @@ class AdaptiveController:
         self._ledger = AnswerLedger()
         self.sits_out = False  # this answer goes without the drafter (``AnswerLedger``)
         self.paused = False
+        self.may_probe = True  # a chain forbids probes until its every drafter is timed
         self.start()
 
     def start(self) -> None:
@@ -433,6 +436,11 @@ class AdaptiveController:
         return 0 if self.paused or self.hopeless else self.draft_length
 
     @property
+    def timed(self) -> bool:
+        """Whether what this drafter's tokens cost has been measured."""
+        return self._draft_cost.seen
+
+    @property
     def probing(self) -> bool:
         """Whether the answer's opening verifies one-token drafts (``_probing``)."""
         return self._probing()
@@ -449,7 +457,9 @@ class AdaptiveController:
         that extra is under the token's expected worth (a_1 steps) the probe is the better
         buy: a draft model beside a target whose batches of two cost little more than one
         step. On a small CPU where two rows cost two steps, checks stay cheaper."""
-        if not self.paused or self.hopeless or self.n_min > 1 or not self._in_opening():
+        if not self.may_probe or not self.paused or self.hopeless or self.n_min > 1:
+            return False
+        if not self._in_opening():
             return False
         if not self._draft_cost.seen or self._drafts_cost_nothing():
             return False
