@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from localspec.engine.llama_lib import weight_repacking
@@ -106,6 +106,7 @@ class NativeRun:
     tokens_per_s: float
     drafted: int  # tokens the tool drafted (0: its lookup never matched)
     accepted: int
+    text: str | None = None  # the answer it wrote (None: not found in what it printed)
 
 
 def parse_run(output: str, n_tokens: int | None = None) -> NativeRun:
@@ -157,9 +158,30 @@ def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> N
         done = subprocess.run(
             command(s, mode, Path(f.name), temperature),
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=1800,
         )
     finally:
         Path(f.name).unlink(missing_ok=True)
-    return parse_run(done.stdout + done.stderr, s.n_tokens)
+    run = parse_run(done.stdout + done.stderr, s.n_tokens)
+    return replace(run, text=answer_text(done.stdout, prompt_text))
+
+
+def answer_text(stdout: str, prompt_text: str) -> str | None:
+    """The answer in the tool's standard output, which holds the prompt's pieces, then the
+    answer's, between blank lines; trailing newlines dropped (``parts_from`` compares
+    answers without them). None where the prompt is not found in it."""
+    at = stdout.find(prompt_text)
+    if at < 0:
+        return None
+    return stdout[at + len(prompt_text) :].rstrip("\n")
+
+
+def parts_from(answer: str, reference: str) -> bool:
+    """Whether two answers to one prompt differ before the shorter one ends (the tool writes
+    a few tokens past the count asked for; an answer may stop at its end token sooner)."""
+    # an answer cut inside a character ends with a replacement character
+    answer, reference = answer.rstrip("\n\ufffd"), reference.rstrip("\n\ufffd")
+    n = min(len(answer), len(reference))
+    return answer[:n] != reference[:n]

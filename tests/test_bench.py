@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from localspec import native
-from localspec.bench import run_cells
+from localspec.bench import Run, run_cells
 from localspec.cli import main
 from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
@@ -142,6 +142,36 @@ def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
     )
 
 
+def test_the_native_tools_answer_is_compared_with_plain_decodings() -> None:
+    """At T=0 the tool should write the model's greedy answer; where its verify batches tip a
+    near tie it writes (and is timed on) another text, and the cell says so."""
+    from localspec.commands.bench import native_texts
+
+    prompt = "<|im_start|>user\nRewrite it.<|im_end|>\n<|im_start|>assistant\n"
+    printed = f"\n\n{prompt}Bonjour, le 21 c'était l'ancienne date\n\n\n\n"
+    assert native.answer_text(printed, prompt) == "Bonjour, le 21 c'était l'ancienne date"
+    assert native.answer_text(printed, "another prompt") is None
+    # the tool writes a few tokens past the count; plain decoding may stop sooner
+    assert not native.parts_from("Bonjour, le 21 c'était", "Bonjour, le 21")
+    assert not native.parts_from("Bonjour\n", "Bonjour\n\nLe")
+    assert not native.parts_from("Le d\ufffd", "Le dé")  # cut inside a character
+    assert native.parts_from("compris, le 21", "compris. Le 21")
+
+    def run(prompt: str, mode: str, tokens: tuple[int, ...]) -> Run:
+        return Run(mode, prompt, "french", 0.0, 0, 3, 1.0, 3.0, 0, 0, 1.0, (), 0.0, 0.0, tokens)
+
+    words = {1: "compris", 2: ".", 3: ","}
+    runs = [run("a", "none", (1, 2)), run("b", "none", (1, 3)), run("b", "ngram-simple", (1, 3))]
+    tool = {
+        "a": [native.NativeRun(9.0, 4, 2, "compris, le 21")],  # parted at the tie
+        "b": [native.NativeRun(9.0, 4, 2, "compris, le"), native.NativeRun(9.0, 4, 2, None)],
+        "c": [native.NativeRun(9.0, 4, 2, "no plain run for it")],
+    }
+    text_of = lambda tokens: "".join(words[t] for t in tokens)  # noqa: E731
+    assert native_texts(text_of, tool, runs) == (1, 2)
+    assert native_texts(text_of, {"c": tool["c"]}, runs) is None
+
+
 def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
     tools = Path(__file__).resolve().parents[1] / "native"
     if not (tools / native.TOOL).exists():
@@ -149,6 +179,7 @@ def test_native_tools_run_when_built(tmp_path: Path, qwen_path: Path) -> None:
     s = native.NativeSettings(tools, qwen_path, None, 16, 2, 2048, 16, "off")
     run = native.run(s, "ngram-simple", "def fib(n):", 0.0)
     assert run.tokens_per_s > 0 and 0 <= run.accepted <= run.drafted
+    assert run.text  # its answer, for the comparison with plain decoding's
 
 
 def test_doctor(capsys, smollm_path) -> None:  # type: ignore[no-untyped-def]
@@ -254,7 +285,7 @@ def test_native_ratio_per_cell_and_per_mode() -> None:
     mean per mode, so the comparison is visible wherever the native tools are built."""
     from dataclasses import replace
 
-    from localspec.bench import Run, markdown, native_lines, native_ratios, summarise
+    from localspec.bench import markdown, native_lines, native_ratios, summarise
 
     def run(mode: str, kind: str, tps: float) -> Run:
         return Run(mode, kind, kind, 0.0, 0, 10, 1000 * 10 / tps, tps, 4, 2, 1.5, (0.5,), 1.0, 9.0)
@@ -263,11 +294,13 @@ def test_native_ratio_per_cell_and_per_mode() -> None:
     runs += [run("ngram-simple", "qa", 100.0), run("ngram-simple", "story", 60.0)]
     native_speed = {("ngram-simple", "qa"): 80.0, ("ngram-simple", "story"): 75.0}
     native_drafted = {("ngram-simple", "qa"): 0, ("ngram-simple", "story"): 40}
+    texts = {("ngram-simple", "qa"): (0, 1), ("ngram-simple", "story"): (1, 2)}
     cells = [
         replace(
             c,
             native_tokens_per_s=native_speed.get((c.mode, c.kind)),
             native_drafted=native_drafted.get((c.mode, c.kind)),
+            native_texts=texts.get((c.mode, c.kind)),
         )
         for c in summarise(runs)
     ]
@@ -276,8 +309,11 @@ def test_native_ratio_per_cell_and_per_mode() -> None:
     mean, low, high, n = native_ratios(cells)["ngram-simple"]
     assert mean == pytest.approx((1.25 * 0.8) ** 0.5) and (low, high, n) == (0.8, 1.25, 2)
     assert "none" not in native_ratios(cells)
-    assert "75.0 (0.80x)" in markdown(cells, "h", 3.0)
+    assert "75.0 (0.80x, another text: 1 of 2)" in markdown(cells, "h", 3.0)
     assert "80.0 (1.25x, no drafts)" in markdown(cells, "h", 3.0)  # the tool decoded plainly
+    assert story.to_dict()["native_texts"] == (1, 2)
     assert native_lines(cells) == [
-        "ngram-simple vs llama.cpp's own: 1.00x geometric mean over 2 cell(s) (0.80-1.25)"
+        "ngram-simple vs llama.cpp's own: 1.00x geometric mean over 2 cell(s) (0.80-1.25)",
+        "llama.cpp's tool wrote another answer than plain decoding in 1 cell(s) ('another "
+        "text': a near tie went the other way, so the ratio compares two texts)",
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         cells = bench.flag_noise(bench.summarise(runs), ceiling)
         if args.native and not interrupted:
             try:
-                cells = with_native(args, engine, cells, prompts, options)
+                cells = with_native(args, engine, cells, prompts, options, runs)
             except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
                 native_error = exc
     report(args, report_console(), cells, ceiling, engine.target_path.name, machine, interrupted)
@@ -98,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyped-def]
-    """Median native tok/s per cell (same prompts, rendered with the same chat template)."""
+def with_native(args, engine, cells, prompts, options, runs):  # type: ignore[no-untyped-def]
+    """Median native tok/s per cell (same prompts, rendered with the same chat template);
+    at temperature 0, how many of the cell's prompts the tool answered with another text
+    than localspec's plain decoding (``runs``: the cells' runs, plain ones included)."""
     from dataclasses import replace
     from statistics import median
 
@@ -116,26 +119,57 @@ def with_native(args, engine, cells, prompts, options):  # type: ignore[no-untyp
         options["spec"].n_max,
         engine.target.flash_attn,
     )
+
+    def text_of(tokens: Sequence[int]) -> str:
+        return b"".join(engine.target.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
     out = []
     for cell in cells:
         if not native.supported(cell.mode):
             out.append(cell)
             continue
-        runs = [
-            native.run(
-                replace(settings, n_max=run_spec_for(args, cell.mode).n_max),
-                cell.mode,
-                render_chat(engine.target, p.messages),
-                cell.temperature,
+        mine = [p for p in prompts if p.kind == cell.kind]
+        by_prompt = {
+            p.name: [
+                native.run(
+                    replace(settings, n_max=run_spec_for(args, cell.mode).n_max),
+                    cell.mode,
+                    render_chat(engine.target, p.messages),
+                    cell.temperature,
+                )
+                for _ in range(args.repeat)
+            ]
+            for p in mine
+        }
+        every = [r for rs in by_prompt.values() for r in rs]
+        out.append(
+            replace(
+                cell,
+                native_tokens_per_s=median(r.tokens_per_s for r in every),
+                native_drafted=sum(r.drafted for r in every),
+                native_texts=None if cell.temperature else native_texts(text_of, by_prompt, runs),
             )
-            for p in prompts
-            if p.kind == cell.kind
-            for _ in range(args.repeat)
-        ]
-        speed = median(r.tokens_per_s for r in runs)
-        drafted = sum(r.drafted for r in runs)
-        out.append(replace(cell, native_tokens_per_s=speed, native_drafted=drafted))
+        )
     return out
+
+
+def native_texts(
+    text_of: Callable[[Sequence[int]], str],
+    by_prompt: dict[str, list[native.NativeRun]],
+    runs: Sequence[bench.Run],
+) -> tuple[int, int] | None:
+    """(prompts the tool answered with another text than localspec's plain decoding, prompts
+    compared): greedy answers, which a near tie can part. ``text_of``: tokens to text."""
+    plain = {r.prompt: r.tokens for r in runs if r.mode == "none" and not r.temperature}
+    parted = compared = 0
+    for name, native_runs in by_prompt.items():
+        texts = [r.text for r in native_runs if r.text is not None]
+        if name not in plain or not texts:
+            continue
+        reference = text_of(plain[name])
+        compared += 1
+        parted += any(native.parts_from(text, reference) for text in texts)
+    return (parted, compared) if compared else None
 
 
 def report(args, console, cells, ceiling, model, machine, partial) -> None:  # type: ignore[no-untyped-def]
