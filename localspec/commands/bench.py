@@ -120,9 +120,6 @@ def with_native(args, engine, cells, prompts, options, runs):  # type: ignore[no
         engine.target.flash_attn,
     )
 
-    def text_of(tokens: Sequence[int]) -> str:
-        return b"".join(engine.target.piece(t) for t in tokens).decode("utf-8", errors="replace")
-
     out = []
     for cell in cells:
         if not native.supported(cell.mode):
@@ -142,12 +139,14 @@ def with_native(args, engine, cells, prompts, options, runs):  # type: ignore[no
             for p in mine
         }
         every = [r for rs in by_prompt.values() for r in rs]
+        greedy = not cell.temperature
+        texts = native_texts(engine.target.detokenize, by_prompt, runs) if greedy else None
         out.append(
             replace(
                 cell,
                 native_tokens_per_s=median(r.tokens_per_s for r in every),
                 native_drafted=sum(r.drafted for r in every),
-                native_texts=None if cell.temperature else native_texts(text_of, by_prompt, runs),
+                native_texts=texts,
             )
         )
     return out

@@ -471,6 +471,11 @@ class ModelContext:
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])
 
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens`` as generated (special tokens rendered; a character cut at
+        the end becomes a replacement character)."""
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
     def token_text(self, token: int) -> str:
         raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""

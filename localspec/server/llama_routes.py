@@ -77,8 +77,7 @@ class LlamaRoutes:
                 )
         except ApiError as exc:
             return exc.response()
-        text = b"".join(self.engine.target.piece(t) for t in req.tokens)
-        return JSONResponse({"content": text.decode("utf-8", errors="replace")})
+        return JSONResponse({"content": self.engine.target.detokenize(req.tokens)})
 
     async def apply_template(self, request: Request) -> Response:
         try:
