@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from localspec.engine.adaptive import MARGIN, AdaptiveController
 from localspec.engine.budget import DraftDemand, allocate, predicted_gain
 from localspec.engine.costs import DraftPassCost, VerifyCost
-from localspec.engine.step_batch import passes
+from localspec.engine.step_batch import padding, passes
 
 N_MAX = 16
 SIZES = np.array([1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64, 128])
@@ -191,3 +191,12 @@ def test_the_draft_pass_cost_follows_the_target_curve_shape() -> None:
         abs(passes_cost.seconds(2, curve, fallback=1.0) - 0.002 * curve(np.array([2]))[0] / one)
         < 1e-12
     )
+
+
+def test_padding_evens_the_answering_sequences_to_the_longest() -> None:
+    assert padding({0: 1, 1: 3}, [0, 1]) == {0: 2}
+    assert padding({0: 1, 1: 1, 2: 5, 3: 2}, [0, 1, 2, 3]) == {0: 4, 1: 4, 3: 3}
+    assert padding({0: 4, 1: 4}, [0, 1]) == {}  # even already
+    assert padding({0: 1, 1: 8, 2: 64}, [0, 1]) == {0: 7}  # a prompt chunk is not padded
+    assert padding({0: 1, 1: 8}, [0]) == {}  # the long one may not pad: nothing to even to
+    assert passes({0: 1 + 2, 1: 3}, 512, 4) == [6]  # evened: one pass, not [2, 2]

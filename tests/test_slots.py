@@ -14,13 +14,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 
 from localspec import Engine
 from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import SpecConfig
-from localspec.engine.model_context import common_prefix_length
+from localspec.engine.model_context import ContextOptions, ModelContext, common_prefix_length
+from localspec.engine.step_batch import BatchPart, StepBatch
 from localspec.errors import LocalspecError
 from localspec.lossless import compare
 from localspec.prompts import builtin_prompts
@@ -87,6 +89,56 @@ def test_a_cache_moved_to_close_a_gap_keeps_its_answer(qwen: Engine, qwen_path: 
     for i, prompt in enumerate(prompts):
         ref = plain_reference(qwen, prompt, lengths[i])
         report = compare(ref.tokens, ref.margins, got[i], ref.runners_up)
+        assert report.ok, (prompt, report)
+
+
+def test_pad_rows_even_a_step_and_leave_no_trace_in_the_cache(qwen_path: Path) -> None:
+    """A step of one row beside three, the short part padded to three: the real rows' logits
+    are those of the uneven step (up to a batch's float differences), and the pads are gone
+    from the cache: the next token decodes as if they had never been."""
+    context = ModelContext(qwen_path, ContextOptions(n_ctx=1024, n_seq=2))
+    batch = StepBatch(context)
+    try:
+        seqs = [context.sequence(0), context.sequence(1)]
+        for seq, prompt in zip(seqs, ["def add(a, b):", "The sea is"], strict=True):
+            seq.decode(seq.tokenize(prompt))
+        starts = [seq.n_past for seq in seqs]
+        mem = llama_cpp.llama_get_memory(context.ctx)
+        short, long = [220], [262, 470, 264]
+
+        def step(pad: int) -> list[np.ndarray]:
+            parts = [BatchPart(seqs[0], short, 1, pad), BatchPart(seqs[1], long, 3)]
+            rows = [r.copy() for r in batch.decode(parts)]
+            assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == seqs[0].n_past - 1  # no pads
+            nxt = batch.decode([BatchPart(seqs[0], [int(np.argmax(rows[0][0]))], 1)])[0].copy()
+            for seq, start in zip(seqs, starts, strict=True):
+                seq.trim(start)
+            return [*rows, nxt]
+
+        uneven, evened = step(0), step(2)
+        for a, b in zip(uneven, evened, strict=True):  # the same rows, up to float noise
+            assert a.shape == b.shape
+            assert np.abs(a - b).max() < 0.5
+            picked = b[np.arange(len(b)), a.argmax(axis=-1)]
+            assert np.all(b.max(axis=-1) - picked < 0.5)  # a's choice is b's or a near tie
+    finally:
+        batch.free()
+        context.close()
+
+
+def test_an_uneven_shared_step_is_padded_and_answers_stay_as_alone(
+    qwen: Engine, slots: Engine
+) -> None:
+    """A copying answer drafting beside a prose one that drafts nothing: on this CPU one
+    pass of equal parts costs less than two of uneven ones, so the prose part is padded;
+    both answers are what they are alone."""
+    totals = slots.scheduler().totals
+    before = totals.pad_rows
+    got = slots.generate_many([COPYING, PROMPTS[1]], max_tokens=48)
+    assert totals.pad_rows > before
+    for prompt, result in zip([COPYING, PROMPTS[1]], got, strict=True):
+        ref = plain_reference(qwen, prompt, 48)
+        report = compare(ref.tokens, ref.margins, result.tokens, ref.runners_up)
         assert report.ok, (prompt, report)
 
 

@@ -35,7 +35,7 @@ from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
 from localspec.engine.prompt_cache import PromptCache
 from localspec.engine.side_by_side import PlannedRound, SideBySideDrafts
-from localspec.engine.step_batch import BatchPart, StepBatch, passes
+from localspec.engine.step_batch import BatchPart, StepBatch, padding, passes
 from localspec.errors import LocalspecError
 
 PREFILL_TOKENS_BUSY = 2 * PREFILL_CHUNK
@@ -48,6 +48,8 @@ SHARED_STEP_MARGIN = 0.01
 # what a resting draft model's drafts, all accepted, must add to a step before it wakes: it
 # then reads its prompt and the answer so far, which flapping would pay again and again
 WAKE_MARGIN = 0.05
+# room a sequence must have left in its context to be priced as paddable (more than a draft)
+PAD_ROOM = 64
 RECHECK_RESTS = 16  # steps a decision that every draft model rests is reused unpriced
 DONE = object()  # the last item of a request's event queue
 
@@ -123,6 +125,7 @@ class StepTotals:
     drafted_shared: int = 0
     prompt_rows: int = 0  # prompt tokens read (what the slots' and the host caches lacked)
     moves: int = 0  # caches moved to close a gap between busy sequence ids
+    pad_rows: int = 0  # rows decoded only to even a step's parts (one pass, not several)
     # the same two counts by how many generations answered in the step
     wanted_by_width: Counter[int] = field(default_factory=Counter)
     drafted_by_width: Counter[int] = field(default_factory=Counter)
@@ -288,6 +291,7 @@ class BatchScheduler:
         parts += [BatchPart(s.target, c, 1 if len(c) == len(s.pending) else 0) for s, c in chunks]
         if not parts:
             return
+        parts = self._evened(parts, len(plans))
         t0 = time.perf_counter()
         try:
             rows = self._batch.decode(parts)
@@ -298,7 +302,7 @@ class BatchScheduler:
         step_s = time.perf_counter() - t0
         alone = len(parts) == 1
         cost = self.cost()
-        rows_by_seq = {p.sequence.seq_id: len(p.tokens) for p in parts}
+        rows_by_seq = {p.sequence.seq_id: p.rows for p in parts}
         # alone, its controller observes the step as ever; a step llama.cpp ran as several
         # passes is no point of the curve
         if cost is not None and not alone and len(self._passes(rows_by_seq)) == 1:
@@ -312,6 +316,7 @@ class BatchScheduler:
         t.steps += 1
         t.prompt_rows += sum(len(c) for _, c in chunks)
         t.rows += sum(len(p.tokens) for p in parts)
+        t.pad_rows += sum(p.pad for p in parts)
         drafted = sum(len(p.draft) for _, p in plans)
         t.wanted_by_width[len(plans)] += wanted
         t.drafted_by_width[len(plans)] += drafted
@@ -384,6 +389,43 @@ class BatchScheduler:
     def _passes(self, rows_by_seq: dict[int, int]) -> list[int]:
         return passes(rows_by_seq, self._batch.capacity, len(self.slots))
 
+    def _priced(self, rows: dict[int, int], paddable: list[int], by_rows: list[float]) -> float:
+        """What a step of ``rows[seq_id]`` rows costs as llama.cpp runs it, or evened by
+        padding the ``paddable`` sequences where that costs less."""
+        uneven = sum(by_rows[n] for n in self._passes(rows))
+        pads = padding(rows, paddable)
+        if not pads or sum(rows.values()) + sum(pads.values()) > self._batch.capacity:
+            return uneven
+        evened = {seq: n + pads.get(seq, 0) for seq, n in rows.items()}
+        return min(uneven, sum(by_rows[n] for n in self._passes(evened)))
+
+    def _paddable(self, sequences: Sequence[ModelContext], rows: int = PAD_ROOM) -> list[int]:
+        """The sequences that may take ``rows`` pad rows: room left in their context, and a
+        cache that can forget them (not a recurrent state)."""
+        return [
+            seq.seq_id
+            for seq in sequences
+            if seq.max_rollback is None and seq.n_ctx - seq.n_past >= rows
+        ]
+
+    def _evened(self, parts: list[BatchPart], answering: int) -> list[BatchPart]:
+        """The step's parts, the answering slots' ones padded to equal lengths where one
+        pass of them costs less than llama.cpp's passes of uneven ones."""
+        cost = self.cost()
+        if cost is None or answering < 2:
+            return parts
+        rows = {p.sequence.seq_id: p.rows for p in parts}
+        longest = max(p.rows for p in parts[:answering])
+        paddable = self._paddable([p.sequence for p in parts[:answering]], longest)
+        pads = padding(rows, paddable)
+        if not pads:
+            return parts
+        by_rows = cost(np.arange(self._batch.capacity + 1)).tolist()
+        uneven = sum(by_rows[n] for n in self._passes(rows))
+        if self._priced(rows, paddable, by_rows) >= uneven:
+            return parts
+        return [replace(p, pad=pads.get(p.sequence.seq_id, 0)) for p in parts]
+
     def _step_seconds(
         self,
         drafting: Sequence[Slot],
@@ -391,16 +433,18 @@ class BatchScheduler:
         cost: VerifyCost,
     ) -> Callable[[Sequence[int]], float]:
         """The step's predicted seconds for given draft lengths of the ``drafting`` slots:
-        the curve at each pass llama.cpp will make of it."""
+        the curve at each pass llama.cpp will make of it, or of it evened by pad rows where
+        that is cheaper (``_evened`` pads such a step)."""
         prefill = {slot.target.seq_id: len(chunk) for slot, chunk in chunks}
         answering = [slot.target.seq_id for slot in drafting]
+        paddable = self._paddable([slot.target for slot in drafting]) if len(drafting) > 1 else []
         # the curve at every pass size, once a step: the budget asks for hundreds of steps
         by_rows = cost(np.arange(self._batch.capacity + 1)).tolist()
 
         def seconds(lengths: Sequence[int]) -> float:
             rows = dict(prefill)
             rows.update((seq, 1 + k) for seq, k in zip(answering, lengths, strict=True))
-            return sum(by_rows[n] for n in self._passes(rows))
+            return self._priced(rows, paddable, by_rows)
 
         return seconds
 

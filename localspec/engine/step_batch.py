@@ -12,11 +12,13 @@ every slot's history. The price is llama.cpp's rule for such batches (``split_eq
 pass takes the same number of rows from each sequence, and only sequences whose ids follow
 each other. A step whose parts differ in length, or skip an id, runs as several passes;
 ``passes`` predicts them, so that the draft budget prices a step as llama.cpp will run it.
+Where one pass of equal parts costs less than the passes of uneven ones, the shorter parts
+are padded (``BatchPart.pad``): rows of no use, without logits, forgotten once decoded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import llama_cpp
@@ -29,11 +31,18 @@ from localspec.errors import EngineFailure
 
 @dataclass(frozen=True)
 class BatchPart:
-    """``tokens`` appended to ``sequence``; logits wanted for the last ``n_rows`` of them."""
+    """``tokens`` appended to ``sequence``; logits wanted for the last ``n_rows`` of them.
+    ``pad``: rows decoded after them only to even the step's parts (``padding``), removed
+    from the cache at once."""
 
     sequence: ModelContext
     tokens: Sequence[int]
     n_rows: int
+    pad: int = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.tokens) + self.pad
 
 
 class StepBatch:
@@ -50,21 +59,22 @@ class StepBatch:
     def decode(self, parts: Sequence[BatchPart]) -> list[np.ndarray]:
         """Decode every part in one call; return each part's logits rows (in ``parts``'
         order). The rows go to llama.cpp by sequence id: its passes need ids in order."""
-        total = sum(len(p.tokens) for p in parts)
+        total = sum(p.rows for p in parts)
         if total > self.capacity:
             raise ValueError(f"a step of {total} rows does not fit a batch of {self.capacity}")
         order = sorted(range(len(parts)), key=lambda i: parts[i].sequence.seq_id)
         at = 0
         b = self._batch
         for part in (parts[i] for i in order):
-            n = len(part.tokens)
+            n, real = part.rows, len(part.tokens)
             seq = part.sequence
             if n + seq.n_past > seq.n_ctx:
                 raise EngineFailure(f"sequence {seq.seq_id} is full ({seq.n_past} + {n} tokens)")
-            b.token[at : at + n] = part.tokens
+            b.token[at : at + real] = part.tokens
+            b.token[at + real : at + n] = part.tokens[-1] if real else 0
             b.pos[at : at + n] = np.arange(seq.n_past, seq.n_past + n)
             b.logits[at : at + n] = 0
-            b.logits[at + n - part.n_rows : at + n] = 1
+            b.logits[at + real - part.n_rows : at + real] = 1
             b.set_sequences(at, n, seq.seq_id)
             at += n
         b.batch.n_tokens = total
@@ -82,6 +92,8 @@ class StepBatch:
         for i in order:
             part = parts[i]
             part.sequence.record_decoded(part.tokens)
+            if part.pad:
+                part.sequence.trim(part.sequence.n_past)
             out[i] = rows[first : first + part.n_rows]
             first += part.n_rows
         return out
@@ -115,3 +127,10 @@ def passes(rows: dict[int, int], n_ubatch: int, streams: int) -> list[int]:
             if not left[seq]:
                 del left[seq]
     return out
+
+
+def padding(rows: dict[int, int], paddable: Collection[int]) -> dict[int, int]:
+    """The pad rows that raise every ``paddable`` sequence to the longest one's rows (one
+    pass of equal parts, where ``passes`` would make several of uneven ones)."""
+    longest = max((rows.get(seq, 0) for seq in paddable), default=0)
+    return {seq: longest - rows[seq] for seq in paddable if 0 < rows.get(seq, 0) < longest}
