@@ -124,8 +124,8 @@ class Engine:
         return self.memories.partition()
 
     def verify_cost(self, n_max: int | None = None, on: ModelContext | None = None) -> VerifyCost:
-        """The target's batch-size cost curve, measured on first use (2-3 s on a 2-core CPU
-        for a 0.5B model; the server does it with the first request). ``on``: the sequence
+        """The target's batch-size cost curve, measured on first use (2-4 s on a 2-core CPU
+        for a 0.5B model; the server does it before it answers: ``warm_up``). ``on``: the sequence
         to measure at the end of (a free slot's; default the first)."""
         size = (n_max or self.spec.n_max) + 1
         backend = on or self.target
@@ -135,6 +135,15 @@ class Engine:
                     backend.trim(0)
                 self._cost = VerifyCost.measure(backend, size)
             return self._cost
+
+    def warm_up(self) -> None:
+        """Measure now what the first speculative generation would measure before its
+        first token (the target's batch costs, a draft model's step): a server does it
+        before it answers, so that its first client does not wait for it."""
+        if self.mode == "none":
+            return
+        self.verify_cost()
+        self.draft_step_seconds()
 
     def use_cost(self, cost: VerifyCost) -> None:
         """Adopt the cost curve another Engine measured on the same target and machine

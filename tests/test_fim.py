@@ -192,6 +192,21 @@ def test_keystrokes_reread_only_what_was_typed(base: str) -> None:
         assert timings["cache_n"] == got["tokens_evaluated"] - timings["prompt_n"] > 80
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_keystroke_after_a_middle_cut_short_lands_on_its_cache(base: str, stream: bool) -> None:
+    """A middle cut by the server (here its time limit) leaves its slot at once: the next
+    keystroke, sent as soon as the answer came, finds its prefix cached there rather than
+    in a free slot that must read the whole prompt again."""
+    for i, typed in enumerate(("    a,", "    a, b,", "    a, b, c,", "    a, b, c, d =")):
+        body = vim_request(typed, n_predict=64, t_max_predict_ms=1, stream=stream)
+        with httpx.stream("POST", f"{base}/infill", json=body, timeout=120) as r:
+            lines = [line for line in r.iter_lines() if line]
+        got = json.loads(lines[-1].removeprefix("data: "))
+        assert got["stop_type"] in ("limit", "eos", "word"), got
+        if i:
+            assert got["timings"]["prompt_n"] <= 8, (typed, got["timings"])
+
+
 def test_response_fields_pick_what_llama_vim_reads(base: str) -> None:
     fields = ["content", "timings/prompt_n", "timings/predicted_per_second", "tokens_cached"]
     got = post(base, "/infill", vim_request(n_predict=4, response_fields=fields)).json()
@@ -214,6 +229,22 @@ def test_completion_streams_llama_server_events_without_done(base: str) -> None:
     cut = post(base, "/completion", {**body, "stream": False, "stop": [whole["content"][4:8]]})
     assert cut.json()["stop_type"] == "word"
     assert cut.json()["stopping_word"] == whole["content"][4:8]
+
+
+@pytest.mark.parametrize("n_predict", [-1, None])
+def test_no_n_predict_or_minus_one_writes_until_the_answer_ends(
+    base: str, n_predict: int | None
+) -> None:
+    """llama-server's default: no token limit (OpenAI's completions default of 16 is not)."""
+    body = {"prompt": "def fibonacci(n):\n", "temperature": 0, "stop": ["\n\n"]}
+    if n_predict is not None:
+        body["n_predict"] = n_predict
+    got = post(base, "/completion", body).json()
+    assert got["tokens_predicted"] > 16 and got["stop_type"] in ("word", "eos"), got
+    infill = {"input_prefix": "def fibonacci(n):\n", "input_suffix": FIB_SUFFIX, "prompt": ""}
+    infill |= {k: v for k, v in body.items() if k in ("temperature", "n_predict")}
+    middle = post(base, "/infill", infill).json()
+    assert middle["stop_type"] != "limit" and middle["tokens_predicted"] > 16, middle
 
 
 def test_openai_suffix_is_the_same_middle(base: str) -> None:

@@ -384,6 +384,23 @@ def test_api_key(smollm: Engine) -> None:
             assert httpx.get(f"{url}/v1/models", headers={"Authorization": header}).is_error
 
 
+def test_a_warmed_up_engine_measures_nothing_in_its_first_request(
+    smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve`` warms the engine before it answers: the batch costs a speculative
+    request needs are measured then, not while the first client waits."""
+    from localspec.engine.costs import VerifyCost
+
+    with Engine.load(smollm_path, mode="ngram-simple", n_ctx=512) as engine:
+        engine.warm_up()
+
+        def measured_again(*_: object) -> None:
+            raise AssertionError("measured in the first request")
+
+        monkeypatch.setattr(VerifyCost, "measure", classmethod(measured_again))
+        assert engine.generate("Once upon a time", max_tokens=8).tokens
+
+
 def test_serve_command_starts_and_stops_cleanly(smollm_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(

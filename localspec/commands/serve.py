@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     with listening, load_engine(args) as engine:
+        engine.warm_up()  # the batch costs measured now, not in the first client's wait
         settings = ServerSettings(
             api_keys=tuple(args.api_keys or ()),
             max_queue=args.max_queue,

@@ -230,6 +230,7 @@ class BatchScheduler:
         """Waiting requests into free slots, each where its prompt's prefix is cached; the
         ones whose prompt was read just before answer their first token once all are in
         (a draft model rests or not by the load they make together)."""
+        self._drop_gone()  # a slot whose caller just left holds the prefix its next one wants
         ready: list[tuple[Slot, np.ndarray]] = []
         while True:
             with self._changed:
@@ -256,6 +257,12 @@ class BatchScheduler:
             except BaseException as exc:
                 self._end(slot, exc)
 
+    def _drop_gone(self) -> None:
+        """Free the slots whose caller left (an editor's middle cut short by the server)."""
+        for slot in self.slots:
+            if slot.work is not None and slot.request is not None and slot.request.gone():
+                self._end(slot)
+
     def _start(self, slot: Slot, request: SlotRequest) -> np.ndarray | None:
         """The request into ``slot``; the logits row after its prompt when the slot's
         cache kept it (the same prompt, read just before), else None: its prompt is read."""
@@ -277,9 +284,7 @@ class BatchScheduler:
             return None
 
     def _step(self) -> None:
-        for slot in self.slots:
-            if slot.work is not None and slot.request is not None and slot.request.gone():
-                self._end(slot)
+        self._drop_gone()
         self._close_gaps()
         self._rest_draft_models()
         plans = self._plans(self._paid_draft_caps())

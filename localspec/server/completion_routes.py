@@ -171,15 +171,17 @@ class CompletionRoutes:
                 raise ApiError(400, f"json_schema: {exc.message}", param="json_schema") from None
         if body.n_predict == 0:
             changes["max_tokens"] = 1
+        elif body.n_predict in UNLIMITED:  # until the model ends or the context is full
+            changes["max_tokens"] = None
         return settings.but(**changes)
 
 
 def openai_fields(body: LlamaCompletionBody) -> dict[str, Any]:
     """The body in the OpenAI completions request's terms (checked there as everywhere)."""
-    unlimited = body.n_predict in UNLIMITED
+    unlimited = body.n_predict in UNLIMITED  # no limit there: ``_settings`` lifts it
     return {
         "prompt": body.text or " ",  # an infill's prompt may be empty: its text is the FIM
-        "max_tokens": None if unlimited else max(body.n_predict, 1),
+        "max_tokens": 1 if unlimited else max(body.n_predict, 1),
         "temperature": body.temperature,
         "top_k": body.top_k,
         "top_p": body.top_p,
@@ -337,6 +339,7 @@ class LlamaReply:
                 text = self.text_of(event)
                 done = event.finish_reason is not None or self.cut
                 if done:
+                    await events.aclose()  # its slot is free before the client can send again
                     reason = self.finish(event.stats, event.finish_reason or "stop")
                     yield data(self.final(text, event.stats, reason))
                     break
