@@ -200,3 +200,17 @@ def test_padding_evens_the_answering_sequences_to_the_longest() -> None:
     assert padding({0: 1, 1: 8, 2: 64}, [0, 1]) == {0: 7}  # a prompt chunk is not padded
     assert padding({0: 1, 1: 8}, [0]) == {}  # the long one may not pad: nothing to even to
     assert passes({0: 1 + 2, 1: 3}, 512, 4) == [6]  # evened: one pass, not [2, 2]
+
+
+def test_a_wide_step_drafts_only_past_its_margin() -> None:
+    """Four generations, one with a likely draft: the step gains a little, drafted; asked for
+    a wider margin than that gain, it runs plain."""
+    cost = VerifyCost(np.array([1, 4, 6, 8, 16]), np.array([1.0, 1.0, 1.1, 1.6, 2.5]))
+    demands = [DraftDemand(np.zeros(0), 0, pinned=0)] * 3 + [
+        DraftDemand(np.array([0.7, 0.7]), 2, drafting=True)
+    ]
+    drafted = allocate(demands, 4, cost)
+    assert drafted[3] > 0
+    gain = predicted_gain(demands, 4, cost, drafted)
+    assert 1.0 < gain < 1.2
+    assert allocate(demands, 4, cost, step_margin=gain - 1 + 0.01) == [0, 0, 0, 0]

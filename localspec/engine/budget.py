@@ -60,6 +60,7 @@ def allocate(
     cost: Callable[[np.ndarray], np.ndarray],
     max_rows: int | None = None,
     add_margin: float = ADD_MARGIN,
+    step_margin: float = 0.0,
     step_seconds: Callable[[Sequence[int]], float] | None = None,
     draft_seconds: Callable[[Sequence[int]], float] | None = None,
 ) -> list[int]:
@@ -71,7 +72,8 @@ def allocate(
     batch), and the step's throughput is predicted for every prefix of that ranking: a whole
     prefix, not token by token, because the cost curve is a staircase on a CPU (one token more
     can cost a step while the next three cost nothing). The best prefix wins; a generation
-    that was not drafting joins it only if it adds ``add_margin`` to the throughput.
+    that was not drafting joins it only if it adds ``add_margin`` to the throughput, and a step
+    drafts at all only if it is predicted ``step_margin`` faster than without its drafts.
 
     ``step_seconds(lengths)``: what the step costs with those draft lengths, where that is
     not the curve at the total row count (llama.cpp running a step as several passes). Such
@@ -111,6 +113,8 @@ def allocate(
             if best_speed <= predict(without) * (1 + add_margin):
                 best = without
                 best_speed = predict(best)
+    if step_margin and best != lengths and best_speed < predict(lengths) * (1 + step_margin):
+        return list(lengths)
     return best
 
 

@@ -45,6 +45,11 @@ PREFILL_TOKENS_BUSY = 2 * PREFILL_CHUNK
 # (docs/benchmarks.md: 1% of the wanted drafts verified at 4 clients, where fixed-length
 # speculation gained 4%)
 SHARED_STEP_MARGIN = 0.01
+# the predicted gain a shared step must show to verify drafts at all, for each generation
+# beside the first: a wide step's prediction is least sure (a curve calibrated on one
+# sequence, the acceptance of the drafts it picked as the best), and where the gains are a
+# few percent the errors decided (docs/benchmarks.md: 0.95x plain batching at 8 clients)
+WIDE_STEP_MARGIN = 0.01
 # what a resting draft model's drafts, all accepted, must add to a step before it wakes: it
 # then reads its prompt and the answer so far, which flapping would pay again and again
 WAKE_MARGIN = 0.05
@@ -633,6 +638,7 @@ class BatchScheduler:
             cost,
             self._batch.capacity,
             add_margin=SHARED_STEP_MARGIN,
+            step_margin=WIDE_STEP_MARGIN * (len(plans) - 1),
             step_seconds=self._step_seconds([slot for slot, _ in plans], chunks, cost),
         )
         cut = []

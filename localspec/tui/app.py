@@ -63,7 +63,13 @@ def load_engine(
     options: ChatOptions, progress: Callable[[str, float], None] | None = None
 ) -> Engine:
     load = {f.name: getattr(options, f.name) for f in fields(options) if f.name not in CHAT_ONLY}
-    return Engine.load(**load, progress=progress)
+    engine = Engine.load(**load, progress=progress)
+    try:
+        engine.warm_up()  # while "loading" shows, not before the first answer's first token
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 class SpeculationCommands(Provider):
