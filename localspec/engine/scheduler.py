@@ -402,12 +402,21 @@ class BatchScheduler:
     def _priced(self, rows: dict[int, int], paddable: list[int], by_rows: list[float]) -> float:
         """What a step of ``rows[seq_id]`` rows costs as llama.cpp runs it, or evened by
         padding the ``paddable`` sequences where that costs less."""
-        uneven = sum(by_rows[n] for n in self._passes(rows))
+        uneven = self._pass_seconds(rows, by_rows)
+        evened = self._evened_rows(rows, paddable)
+        return uneven if evened is None else min(uneven, self._pass_seconds(evened, by_rows))
+
+    def _pass_seconds(self, rows: dict[int, int], by_rows: list[float]) -> float:
+        """The curve (``by_rows``: seconds by row count) at each pass of such a step."""
+        return sum(by_rows[n] for n in self._passes(rows))
+
+    def _evened_rows(self, rows: dict[int, int], paddable: list[int]) -> dict[int, int] | None:
+        """``rows`` with the ``paddable`` sequences padded to the longest of them; None
+        when they are even already or the pads would not fit the batch."""
         pads = padding(rows, paddable)
         if not pads or sum(rows.values()) + sum(pads.values()) > self._batch.capacity:
-            return uneven
-        evened = {seq: n + pads.get(seq, 0) for seq, n in rows.items()}
-        return min(uneven, sum(by_rows[n] for n in self._passes(evened)))
+            return None
+        return {seq: n + pads.get(seq, 0) for seq, n in rows.items()}
 
     def _paddable(self, sequences: Sequence[ModelContext], rows: int = PAD_ROOM) -> list[int]:
         """The sequences that may take ``rows`` pad rows: room left in their context, and a
@@ -426,15 +435,15 @@ class BatchScheduler:
             return parts
         rows = {p.sequence.seq_id: p.rows for p in parts}
         longest = max(p.rows for p in parts[:answering])
-        paddable = self._paddable([p.sequence for p in parts[:answering]], longest)
-        pads = padding(rows, paddable)
-        if not pads:
+        evened = self._evened_rows(
+            rows, self._paddable([p.sequence for p in parts[:answering]], longest)
+        )
+        if evened is None:
             return parts
         by_rows = cost(np.arange(self._batch.capacity + 1)).tolist()
-        uneven = sum(by_rows[n] for n in self._passes(rows))
-        if self._priced(rows, paddable, by_rows) >= uneven:
+        if self._pass_seconds(evened, by_rows) >= self._pass_seconds(rows, by_rows):
             return parts
-        return [replace(p, pad=pads.get(p.sequence.seq_id, 0)) for p in parts]
+        return [replace(p, pad=evened[p.sequence.seq_id] - p.rows) for p in parts]
 
     def _step_seconds(
         self,
