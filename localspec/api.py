@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import numpy as np
 from localspec import api_checks as checks
 from localspec.drafters.ngram import NgramParams
 from localspec.drafters.suffix import SuffixDrafter
+from localspec.engine.compute_thread import run_apart
 from localspec.engine.costs import ModelledTimes, VerifyCost, one_token_seconds
 from localspec.engine.fim import FimPrompt, fim_tokens, healed_fim_tokens
 from localspec.engine.grammar import Grammar
@@ -139,10 +141,29 @@ class Engine:
     def warm_up(self) -> None:
         """Measure now what the first speculative generation would measure before its
         first token (the target's batch costs, a draft model's step): a server does it
-        before it answers, so that its first client does not wait for it."""
+        before it answers, so that its first client does not wait for it. It runs where
+        the generations decode (the slots' thread), or on a thread of its own: the caller
+        does not decode (``compute_thread.py``)."""
         if self.mode == "none":
             return
-        self.verify_cost()
+        if self.parallel > 1:
+            self.scheduler().call([], lambda target, _draft: self._measure(target))
+            return
+        contexts = [c for c in (self.target, self.draft) if c is not None]
+
+        def measure(stop: threading.Event) -> None:
+            for context in contexts:
+                context.cancelled = stop.is_set
+            try:
+                self._measure(self.target)
+            finally:
+                for context in contexts:
+                    context.cancelled = None
+
+        run_apart(measure, "localspec-warm-up")
+
+    def _measure(self, target: ModelContext) -> None:
+        self.verify_cost(on=target)
         self.draft_step_seconds()
 
     def use_cost(self, cost: VerifyCost) -> None:
@@ -412,8 +433,15 @@ class Engine:
             except BaseException as exc:  # raised below, in the caller's thread
                 results[i] = exc
 
-        with ThreadPoolExecutor(max(1, self.parallel), "localspec-client") as pool:
-            list(pool.map(one, range(len(prompts))))
+        if self.parallel > 1:
+            with ThreadPoolExecutor(self.parallel, "localspec-client") as pool:
+                list(pool.map(one, range(len(prompts))))
+        else:  # one at a time, here: a second thread would decode beside this one's team
+            for i, prompt in enumerate(prompts):
+                try:
+                    results[i] = self.generate(prompt, settings, **kwargs)
+                except Exception as exc:  # Ctrl-C stops the batch at once
+                    results[i] = exc
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -490,23 +518,13 @@ class Engine:
             raise LocalspecError("the text to score is empty", "give some text")
         tokens = self.tokenize_prompt(text)
         bare = len(self.target.tokenize(text, add_special=False, parse_special=True))
+        skip = len(tokens) - bare
         if self.parallel > 1:  # in a free slot, on the scheduler's thread
-            return self._slot_score(tokens, top, len(tokens) - bare)
-        [scored] = self._turns.run(self._score(tokens, top, len(tokens) - bare, self.target))
+            return self.scheduler().call(
+                tokens, lambda target, _draft: next(self._score(tokens, top, skip, target))
+            )
+        [scored] = self._turns.run(self._score(tokens, top, skip, self.target))
         return scored
-
-    def _slot_score(
-        self, tokens: list[int], top: int, skip: int
-    ) -> list[tuple[int, TokenLogprob | None]]:
-        def start(target: ModelContext, _draft: ModelContext | None) -> None:
-            request.events.put(next(self._score(tokens, top, skip, target)))
-
-        request = SlotRequest(tokens, start)
-        self.scheduler().submit(request)
-        result = request.events.get()
-        if isinstance(result, BaseException):
-            raise result
-        return result  # type: ignore[return-value]
 
     def _score(
         self, tokens: list[int], top: int, skip: int, target: ModelContext

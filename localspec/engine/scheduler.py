@@ -25,6 +25,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -57,6 +58,14 @@ WAKE_MARGIN = 0.05
 PAD_ROOM = 64
 RECHECK_RESTS = 16  # steps a decision that every draft model rests is reused unpriced
 DONE = object()  # the last item of a request's event queue
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Result:
+    """What ``BatchScheduler.call``'s work returned, in its request's queue."""
+
+    value: Any
 
 
 @dataclass
@@ -180,6 +189,24 @@ class BatchScheduler:
                 )
                 self._thread.start()
             self._changed.notify_all()
+
+    def call(self, tokens: list[int], work: Callable[[ModelContext, ModelContext | None], T]) -> T:
+        """``work(target, draft)`` on the scheduler's thread, with a free slot's sequences
+        (the one whose cache holds the longest prefix of ``tokens``): its result, or its
+        exception, here. What decodes outside a generation runs there too: one thread
+        computes (``compute_thread.py``)."""
+
+        def start(target: ModelContext, draft: ModelContext | None) -> None:
+            request.events.put(_Result(work(target, draft)))
+
+        request = SlotRequest(tokens, start)
+        self.submit(request)
+        results = []
+        while (item := request.events.get()) is not DONE:
+            if isinstance(item, BaseException):
+                raise item
+            results.append(item.value)
+        return results[0]  # type: ignore[no-any-return]
 
     @property
     def queued(self) -> int:
