@@ -214,3 +214,15 @@ def test_a_wide_step_drafts_only_past_its_margin() -> None:
     gain = predicted_gain(demands, 4, cost, drafted)
     assert 1.0 < gain < 1.2
     assert allocate(demands, 4, cost, step_margin=gain - 1 + 0.01) == [0, 0, 0, 0]
+
+
+def test_a_step_wider_than_the_calibration_costs_its_rows() -> None:
+    """Calibrated up to 49 rows, 48 and 49 on one stair: a step of 264 rows is priced at
+    the upper half's cost per row (the last two sizes' slope, 0, priced it as 49 rows,
+    and a shared step padded to 8 x 33 rows ran 4x slower than predicted)."""
+    sizes = np.array([1, 2, 4, 8, 16, 24, 32, 48, 49])
+    seconds = np.array([0.040, 0.049, 0.053, 0.079, 0.121, 0.194, 0.240, 0.357, 0.357])
+    cost = VerifyCost(sizes, seconds)
+    per_row = (0.357 - 0.240) / (49 - 32)  # from the first size past half the largest
+    assert cost(np.array([264]))[0] == pytest.approx(0.357 + per_row * (264 - 49))
+    assert cost(np.array([48]))[0] == pytest.approx(0.357)  # inside: as measured

@@ -57,15 +57,26 @@ class VerifyCost:
         return cls(np.array(sizes), np.array(seconds))
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
-        """Predicted seconds for each batch size (linear between and beyond measured sizes)."""
+        """Predicted seconds for each batch size: linear between measured sizes, and beyond
+        the largest at the upper half's average cost per row (the last two sizes can sit
+        on one stair of the staircase: their slope, 0, priced any wider step as free)."""
         batch = np.asarray(batch, dtype=float)
         inside = np.interp(batch, self.sizes, self.seconds)
         if self.sizes.size > 1:
-            slope = (self.seconds[-1] - self.seconds[-2]) / (self.sizes[-1] - self.sizes[-2])
             inside = np.where(
-                batch > self.sizes[-1], self.seconds[-1] + slope * (batch - self.sizes[-1]), inside
+                batch > self.sizes[-1],
+                self.seconds[-1] + self._row_slope * (batch - self.sizes[-1]),
+                inside,
             )
         return inside * self._ratio
+
+    @property
+    def _row_slope(self) -> float:
+        half = int(np.searchsorted(self.sizes, self.sizes[-1] / 2))
+        half = min(half, self.sizes.size - 2)
+        return float(
+            (self.seconds[-1] - self.seconds[half]) / (self.sizes[-1] - self.sizes[half])
+        )
 
     def observe(self, batch: int, seconds: float) -> None:
         predicted = float(self(np.array([batch]))[0]) / self._ratio
