@@ -74,9 +74,7 @@ class VerifyCost:
     def _row_slope(self) -> float:
         half = int(np.searchsorted(self.sizes, self.sizes[-1] / 2))
         half = min(half, self.sizes.size - 2)
-        return float(
-            (self.seconds[-1] - self.seconds[half]) / (self.sizes[-1] - self.sizes[half])
-        )
+        return float((self.seconds[-1] - self.seconds[half]) / (self.sizes[-1] - self.sizes[half]))
 
     def observe(self, batch: int, seconds: float) -> None:
         predicted = float(self(np.array([batch]))[0]) / self._ratio
