@@ -29,6 +29,7 @@ class VerifyCost:
         self.sizes = sizes.astype(float)
         self.seconds = np.maximum.accumulate(seconds.astype(float))  # never cheaper when longer
         self._ratio = 1.0
+        self._row_slope = self._upper_half_slope()
 
     @classmethod
     def measure(cls, backend: ModelContext, max_size: int) -> VerifyCost:
@@ -70,8 +71,9 @@ class VerifyCost:
             )
         return inside * self._ratio
 
-    @property
-    def _row_slope(self) -> float:
+    def _upper_half_slope(self) -> float:
+        if self.sizes.size < 2:
+            return 0.0
         half = int(np.searchsorted(self.sizes, self.sizes[-1] / 2))
         half = min(half, self.sizes.size - 2)
         return float((self.seconds[-1] - self.seconds[half]) / (self.sizes[-1] - self.sizes[half]))
