@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,16 +150,10 @@ class Engine:
         if self.parallel > 1:
             self.scheduler().call([], lambda target, _draft: self._measure(target))
             return
-        contexts = [c for c in (self.target, self.draft) if c is not None]
 
         def measure(stop: threading.Event) -> None:
-            for context in contexts:
-                context.cancelled = stop.is_set
-            try:
+            with self._asking(stop.is_set):
                 self._measure(self.target)
-            finally:
-                for context in contexts:
-                    context.cancelled = None
 
         run_apart(measure, "localspec-warm-up")
 
@@ -451,11 +446,17 @@ class Engine:
         self, generation: Iterator[RoundEvent], cancelled: Callable[[], bool] | None
     ) -> Iterator[RoundEvent]:
         """``generation``, with ``cancelled`` asked while any model reads a long input."""
+        with self._asking(cancelled):
+            yield from generation
+
+    @contextmanager
+    def _asking(self, cancelled: Callable[[], bool] | None) -> Iterator[None]:
+        """Every model asks ``cancelled`` between the chunks of a long input meanwhile."""
         contexts = [c for c in (self.target, self.draft) if c is not None]
         for context in contexts:
             context.cancelled = cancelled
         try:
-            yield from generation
+            yield
         finally:
             for context in contexts:
                 context.cancelled = None
