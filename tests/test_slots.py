@@ -376,6 +376,27 @@ def test_a_new_slot_prices_its_first_prompt_read_from_the_calibration(pair_slots
     assert held < alone.stats.n_prompt, (held, alone.stats.n_prompt)
 
 
+@pytest.mark.slow
+def test_a_draft_model_that_holds_the_prompt_works_even_for_a_short_answer(
+    pair_slots: Engine,
+) -> None:
+    """Reading a prompt the draft model's cache already holds (the same request again, a
+    chat's earlier turns) costs it a token or two: on a curve where the pair's drafts pay
+    alone, an answer too short to repay a whole read (left unread just above) still drafts
+    or checks when the draft holds its prompt."""
+    real = pair_slots.verify_cost()
+    step = float(real(np.array([1]))[0])
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    held = _tagged(code_edit(), "held")
+    pair_slots.generate(held, max_tokens=2, spec=SpecConfig(n_max=4, adaptive=False))
+    pair_slots.use_cost(VerifyCost(sizes, np.full(sizes.size, step)))
+    try:
+        again = pair_slots.generate(held, max_tokens=4, spec=SpecConfig(n_max=9))
+    finally:
+        pair_slots.use_cost(real)
+    assert again.stats.drafted + again.stats.shadow_checks > 0, again.stats
+
+
 def _tagged(messages: list[dict[str, str]], tag: str) -> list[dict[str, str]]:
     """The same request, its user message starting with ``tag``: no cache holds its prompt."""
     tagged = [dict(m) for m in messages]

@@ -348,12 +348,14 @@ class SpeculativeLoop:
 
     def drafter_behind(self) -> int:
         """Tokens of the context the drafter would have to catch up with before drafting:
-        all of them before it read the prompt (the prompt alone before the first token),
-        else what its own cache lacks."""
-        if not self._drafter_begun:
-            return max(len(self.context), len(self.prompt))
+        what its own cache lacks (before it read the prompt, of the prompt and what followed:
+        a draft model keeps what an earlier answer left, the turns before in a chat); all
+        of them for a drafter that cannot tell."""
+        whole = max(len(self.context), len(self.prompt))
         if not isinstance(self.drafter, SteppedDrafter):
-            return 0
+            return 0 if self._drafter_begun else whole
+        if not self._drafter_begun:  # ``begin`` decodes the prompt's last token at least
+            return whole - min(self.drafter.held(self.prompt), len(self.prompt) - 1)
         return len(self.context) - self.drafter.held(self.context)
 
     def tokens_left(self) -> int | None:
