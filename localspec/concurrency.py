@@ -10,7 +10,11 @@ is paid for by the other clients. Where plain batching overtakes fixed speculati
 crossover) says where that happens on this machine.
 
 A batch is one configuration's N clients sending their requests; its throughput is every
-generated token over its wall time. Within each concurrency the configurations run the same
+generated token over its wall time. A batch ends with a drain: clients that sent their last
+request wait for the others, and fewer than N requests run. Speculation that finishes some
+requests early lengthens that drain (the requests left are those it could not speed), so
+the batch's throughput is also given *in flight*: over the time every client still had
+work, the whole load the bench names. Within each concurrency the configurations run the same
 requests, in an order that rotates with the repeat, so that a machine slowing down (another
 process, a burstable VM) does not always fall on the same one. The senders are plain
 callables, so the same measurement drives llama.cpp's own server (``native_server.py``)."""
@@ -111,6 +115,47 @@ class Config:
 
 
 @dataclass(frozen=True)
+class Span:
+    """One request as its client saw it: when it was sent and answered (seconds from the
+    batch's start), and the tokens it generated."""
+
+    client: int
+    start_s: float
+    end_s: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a batch's clients measured."""
+
+    tokens: int
+    wall_s: float
+    spans: tuple[Span, ...]
+
+    @property
+    def latencies_s(self) -> tuple[float, ...]:
+        return tuple(s.end_s - s.start_s for s in self.spans)
+
+    def in_flight_tokens_per_s(self) -> float:
+        """Tokens per second while every client still had work: up to the first answer
+        after which a client had nothing left to send. A request running across that
+        moment counts the share of its tokens that its time before it holds (its tokens
+        spread evenly over it; no client streams to say more)."""
+        clients = {s.client for s in self.spans}
+        if not clients:
+            return 0.0
+        until = min(max(s.end_s for s in self.spans if s.client == c) for c in clients)
+        tokens = 0.0
+        for s in self.spans:
+            took = s.end_s - s.start_s
+            inside = min(s.end_s, until) - s.start_s
+            if inside > 0:
+                tokens += s.tokens * (inside / took if took > 0 else 1.0)
+        return tokens / until if until > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class BatchRun:
     """One configuration's N clients, each sending its requests."""
 
@@ -122,20 +167,18 @@ class BatchRun:
     latencies_s: tuple[float, ...]
     wanted_shared: int = 0  # draft tokens asked for in shared steps
     drafted_shared: int = 0  # of those, the ones verified
+    in_flight_tokens_per_s: float = 0.0  # while every client had work (``Timing``)
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def run_batch(
-    send: Sender, plan: Sequence[Sequence[Request]], stop: threading.Event
-) -> tuple[int, float, list[float]]:
-    """One thread per client, each sending its requests back to back: (tokens generated,
-    wall time of the whole batch, each request's latency). A client's failure stops the
+def run_batch(send: Sender, plan: Sequence[Sequence[Request]], stop: threading.Event) -> Timing:
+    """One thread per client, each sending its requests back to back: the tokens generated,
+    the wall time of the whole batch and each request's span. A client's failure stops the
     others and is raised here; so is Ctrl-C, once the clients stopped (``stop``)."""
-    latencies: list[float] = []
-    tokens = [0] * len(plan)
+    spans: list[Span] = []
     errors: list[BaseException] = []
 
     def client(c: int) -> None:
@@ -143,9 +186,9 @@ def run_batch(
             for request in plan[c]:
                 if stop.is_set():
                     return
-                t0 = time.perf_counter()
-                tokens[c] += send(request)
-                latencies.append(time.perf_counter() - t0)
+                start = time.perf_counter() - t0
+                n = send(request)
+                spans.append(Span(c, start, time.perf_counter() - t0, n))
         except BaseException as exc:  # raised below, in the caller's thread
             errors.append(exc)
             stop.set()
@@ -169,7 +212,7 @@ def run_batch(
     wall = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return sum(tokens), wall, latencies
+    return Timing(sum(s.tokens for s in spans), wall, tuple(spans))
 
 
 def run_level(
@@ -187,17 +230,18 @@ def run_level(
         shift = repeat % len(configs)
         for config in [*configs[shift:], *configs[:shift]]:
             before = config.counters() if config.counters else (0, 0)
-            tokens, wall, latencies = run_batch(config.send, plan, stop)
+            timing = run_batch(config.send, plan, stop)
             after = config.counters() if config.counters else (0, 0)
             yield BatchRun(
                 config.name,
                 n_clients,
                 repeat,
-                tokens,
-                wall,
-                tuple(latencies),
+                timing.tokens,
+                timing.wall_s,
+                timing.latencies_s,
                 after[0] - before[0],
                 after[1] - before[1],
+                timing.in_flight_tokens_per_s(),
             )
 
 
@@ -261,6 +305,7 @@ class Point:
     p95_s: float
     requests: int
     shared_draft: float | None  # verified / wanted draft tokens in shared steps (None: none)
+    in_flight: float = 0.0  # median of the batches' tok/s while every client had work
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -272,6 +317,7 @@ class Point:
             "latency_p50_s": round(self.p50_s, 3),
             "latency_p95_s": round(self.p95_s, 3),
             "requests": self.requests,
+            "in_flight_tokens_per_s": round(self.in_flight, 2),
             "shared_draft_share": (
                 None if self.shared_draft is None else round(self.shared_draft, 3)
             ),
@@ -303,13 +349,19 @@ def summarise(runs: Sequence[BatchRun]) -> list[Point]:
                 percentile(latencies, 95),
                 len(latencies),
                 sum(r.drafted_shared for r in mine) / wanted if wanted else None,
+                statistics.median(r.in_flight_tokens_per_s for r in mine),
             )
         )
     return points
 
 
-def speeds(points: Sequence[Point], config: str) -> dict[int, float]:
-    return {p.concurrency: p.tokens_per_s for p in points if p.config == config}
+def speeds(points: Sequence[Point], config: str, in_flight: bool = False) -> dict[int, float]:
+    """Per concurrency, ``config``'s aggregate tok/s (or its tok/s in flight)."""
+    return {
+        p.concurrency: p.in_flight if in_flight else p.tokens_per_s
+        for p in points
+        if p.config == config
+    }
 
 
 def crossover(points: Sequence[Point], fast: str = PLAIN, slow: str = FIXED) -> int | None:
@@ -319,16 +371,20 @@ def crossover(points: Sequence[Point], fast: str = PLAIN, slow: str = FIXED) -> 
     return next((n for n in sorted(a) if n in b and a[n] > b[n]), None)
 
 
-def native_ratios(points: Sequence[Point]) -> dict[int, tuple[float, str]]:
+def native_ratios(points: Sequence[Point], in_flight: bool = False) -> dict[int, tuple[float, str]]:
     """Per concurrency: localspec's load-aware tok/s over the best native configuration's,
-    and that configuration's name."""
-    mine = speeds(points, LOAD_AWARE)
+    and that configuration's name (``in_flight``: their tok/s in flight)."""
+    mine = speeds(points, LOAD_AWARE, in_flight)
     out = {}
     for n, speed in mine.items():
-        native = [p for p in points if p.concurrency == n and p.config.startswith(NATIVE_PREFIX)]
-        best = max(native, key=lambda p: p.tokens_per_s, default=None)
-        if best is not None and best.tokens_per_s > 0:
-            out[n] = (speed / best.tokens_per_s, best.config)
+        native = {
+            p.config: p.in_flight if in_flight else p.tokens_per_s
+            for p in points
+            if p.concurrency == n and p.config.startswith(NATIVE_PREFIX)
+        }
+        best = max(native, key=lambda config: native[config], default=None)
+        if best is not None and native[best] > 0:
+            out[n] = (speed / native[best], best)
     return out
 
 
@@ -362,8 +418,10 @@ def meaning(points: Sequence[Point]) -> list[str]:
             f"{plural(n, 'client')}: {best.config} is fastest "
             f"({best.tokens_per_s:.1f} tok/s{versus})"
         )
+    in_flight = native_ratios(points, in_flight=True)
     for n, (ratio, config) in sorted(native_ratios(points).items()):
-        lines.append(
-            f"{plural(n, 'client')}: load-aware {ratio:.2f}x llama-server's best ({config})"
-        )
+        line = f"{plural(n, 'client')}: load-aware {ratio:.2f}x llama-server's best ({config})"
+        if n > 1 and n in in_flight:
+            line += f"; in flight {in_flight[n][0]:.2f}x ({in_flight[n][1]})"
+        lines.append(line)
     return lines

@@ -98,11 +98,29 @@ def test_a_batch_runs_its_clients_at_once() -> None:
             running -= 1
         return 10
 
-    tokens, wall, latencies = cc.run_batch(send, cc.client_plan(4, 2, 6, 0), threading.Event())
+    timing = cc.run_batch(send, cc.client_plan(4, 2, 6, 0), threading.Event())
+    tokens, wall, latencies = timing.tokens, timing.wall_s, timing.latencies_s
     assert tokens == 80 and len(latencies) == 8
     assert most == 4
     assert wall < 0.05 * 8  # not one after the other
     assert all(x >= 0.04 for x in latencies)
+
+
+def test_throughput_in_flight_ends_when_a_client_runs_out_of_work() -> None:
+    """Two clients: one sends two short requests (done at 4 s), the other one long request
+    (0-10 s). In flight is up to 4 s: 20 + 20 tokens, and 4 s of the long request's 100
+    tokens spread over 10 s; the drain after it (one request alone) is not counted."""
+    spans = (
+        cc.Span(0, 0.0, 2.0, 20),
+        cc.Span(0, 2.0, 4.0, 20),
+        cc.Span(1, 0.0, 10.0, 100),
+    )
+    timing = cc.Timing(140, 10.0, spans)
+    assert timing.in_flight_tokens_per_s() == pytest.approx((20 + 20 + 40) / 4.0)
+    assert timing.latencies_s == (2.0, 2.0, 10.0)
+    alone = cc.Timing(40, 4.0, spans[:2])  # one client: in flight is the whole batch
+    assert alone.in_flight_tokens_per_s() == pytest.approx(10.0)
+    assert cc.Timing(0, 0.0, ()).in_flight_tokens_per_s() == 0.0
 
 
 def test_a_client_failure_stops_the_batch_and_is_raised() -> None:
@@ -232,8 +250,8 @@ def test_the_server_is_started_asked_and_stopped(tmp_path: Path) -> None:
     for mode in ("none", "ngram-simple"):
         with ns.running_server(settings, 2, mode) as url:
             send = ns.server_sender(url, ["a", "b"], [None, None], 7, 0.0, threading.Event())
-            tokens, _, latencies = cc.run_batch(send, cc.client_plan(2, 2, 2, 0), threading.Event())
-            assert tokens == 28 and len(latencies) == 4
+            timing = cc.run_batch(send, cc.client_plan(2, 2, 2, 0), threading.Event())
+            assert timing.tokens == 28 and len(timing.latencies_s) == 4
         with pytest.raises(LocalspecError, match="did not answer"):  # stopped on the way out
             ns.completion(url, {"prompt": "a"})
 
@@ -282,6 +300,7 @@ def test_a_short_concurrency_bench_on_the_real_model(capsys, tmp_path: Path, qwe
     assert set(points) == {(c, n) for c in cc.CONFIGS for n in (1, 2)}
     for p in points.values():
         assert p["tokens_per_s"] > 0
+        assert p["in_flight_tokens_per_s"] > 0
         assert 0 < p["latency_p50_s"] <= p["latency_p95_s"]
         assert p["requests"] == p["concurrency"]
     assert report["crossover"] in (None, 1, 2)

@@ -80,7 +80,8 @@ def run_concurrency(args: argparse.Namespace) -> int:
                     console.print(
                         f"  [{run.repeat + 1}/{args.repeat}] {plural(level, 'client'):>10} "
                         f"{run.config:20} {run.tokens_per_s:7.1f} tok/s "
-                        f"({run.tokens} tokens in {run.wall_s:.1f} s)"
+                        f"({run.tokens} tokens in {run.wall_s:.1f} s; "
+                        f"in flight {run.in_flight_tokens_per_s:.1f})"
                     )
                     runs.append(run)
         except KeyboardInterrupt:
@@ -209,8 +210,8 @@ def server_settings(args, engine, options) -> ns.ServerSettings:  # type: ignore
 
 # ----- the report --------------------------------------------------------------------------
 
-COLUMNS = ("clients", "config", "tok/s (min-max)", "vs plain", "p50 latency", "p95 latency",
-           "requests", "shared drafts")  # fmt: skip
+COLUMNS = ("clients", "config", "tok/s (min-max)", "vs plain", "in flight", "p50 latency",
+           "p95 latency", "requests", "shared drafts")  # fmt: skip
 
 
 def rows(points: Sequence[cc.Point]) -> list[tuple[str, ...]]:
@@ -224,6 +225,7 @@ def rows(points: Sequence[cc.Point]) -> list[tuple[str, ...]]:
                 p.config,
                 f"{p.tokens_per_s:.1f} ({p.tokens_per_s_min:.1f}-{p.tokens_per_s_max:.1f})",
                 f"{p.tokens_per_s / base:.2f}x" if base else "-",
+                f"{p.in_flight:.1f}",
                 f"{p.p50_s:.2f} s",
                 f"{p.p95_s:.2f} s",
                 str(p.requests),
@@ -260,6 +262,10 @@ def report(  # type: ignore[no-untyped-def]
     console.print(table)
     lines = cc.meaning(points)
     lines.append(
+        "in flight: tok/s while every client still had work (before the batch's drain, "
+        "where the requests left run fewer at once)"
+    )
+    lines.append(
         "shared drafts: of the draft tokens the slots' controllers wanted in steps shared "
         "with other clients, the share verified (the rest cut to what pays for the step)"
     )
@@ -293,12 +299,17 @@ def report(  # type: ignore[no-untyped-def]
                     "tokens": r.tokens,
                     "wall_s": round(r.wall_s, 3),
                     "tokens_per_s": round(r.tokens_per_s, 2),
+                    "in_flight_tokens_per_s": round(r.in_flight_tokens_per_s, 2),
                 }
                 for r in runs
             ],
             "crossover": cc.crossover(points),
             "native_ratio": {
                 str(n): round(ratio, 3) for n, (ratio, _) in cc.native_ratios(points).items()
+            },
+            "native_ratio_in_flight": {
+                str(n): round(ratio, 3)
+                for n, (ratio, _) in cc.native_ratios(points, in_flight=True).items()
             },
             "meaning": lines,
             "partial": partial,  # Ctrl-C: the batches measured so far
