@@ -67,9 +67,12 @@ PIPED_WIDTH = 160  # rich folds tables into 80 columns when not on a terminal: c
 
 
 def report_console(stderr: bool = False) -> Console:
-    """Where a command prints its tables: the terminal's width, or a wide one when piped."""
+    """Where a command prints its tables: the terminal's width, or a wide one when piped,
+    where its lines of text are not wrapped either (a file or a program reads them whole)."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else PIPED_WIDTH)
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True)
 
 
 def plural(count: int, noun: str) -> str:

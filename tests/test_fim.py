@@ -208,9 +208,19 @@ def test_a_keystroke_after_a_middle_cut_short_lands_on_its_cache(base: str, stre
 
 
 def test_response_fields_pick_what_llama_vim_reads(base: str) -> None:
-    fields = ["content", "timings/prompt_n", "timings/predicted_per_second", "tokens_cached"]
+    """The fields llama.vim asks for (its info line shows them): every one answered."""
+    fields = [
+        "content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms",
+        "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",
+        "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated",
+        "tokens_cached",
+    ]  # fmt: skip
     got = post(base, "/infill", vim_request(n_predict=4, response_fields=fields)).json()
     assert set(got) == set(fields)
+    assert 0 < got["timings/predicted_n"] <= 4
+    per_token = got["timings/predicted_ms"] / got["timings/predicted_n"]
+    assert got["timings/predicted_per_token_ms"] == pytest.approx(per_token, abs=1e-3)
+    assert got["timings/prompt_per_second"] >= 0 and got["timings/prompt_per_token_ms"] >= 0
 
 
 def test_completion_streams_llama_server_events_without_done(base: str) -> None:

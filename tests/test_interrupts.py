@@ -151,6 +151,33 @@ def test_ctrl_c_during_a_bench_prints_the_runs_so_far(smollm_path: Path, tmp_pat
     assert seconds < 10
 
 
+@pytest.mark.slow
+def test_ctrl_c_before_a_bench_measured_anything_keeps_the_last_report(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    """A Ctrl-C while the bench still loads and calibrates writes no empty report over the
+    one an earlier run left: it says so, and exits 130."""
+    report, table = tmp_path / "c.json", tmp_path / "c.md"
+    report.write_text('{"points": ["an earlier run"]}')
+    table.write_text("an earlier table")
+    proc = start(
+        "bench", str(smollm_path), "--concurrency", "1,2", "-n", "64", "--repeat", "1",
+        "--json", str(report), "--markdown", str(table),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen: list[str] = []
+    while not seen or "cost curve" not in seen[-1]:
+        line = proc.stderr.readline()
+        assert line, "".join(seen)
+        seen.append(line)
+    code, out, _ = interrupt(proc)
+    assert code == 130, out
+    assert "[1/1]" not in "".join(seen) + out  # no batch was measured
+    assert f"nothing measured: --json {report}, --markdown {table} left as they were" in out
+    assert report.read_text() == '{"points": ["an earlier run"]}'
+    assert table.read_text() == "an earlier table"
+
+
 ENTRY_MODULES = ("localspec/__init__.py", "localspec/__main__.py", "localspec/launch.py")
 
 

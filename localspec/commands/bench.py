@@ -15,7 +15,12 @@ from localspec import argtypes as at
 from localspec import bench, native
 from localspec.commands.bench_concurrency import run_concurrency
 from localspec.commands.bench_fim import run_fim
-from localspec.commands.bench_output import check_outputs, parse_list, write_text
+from localspec.commands.bench_output import (
+    check_outputs,
+    nothing_measured,
+    parse_list,
+    write_text,
+)
 from localspec.commands.bench_scenarios import run_scenarios
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
 from localspec.commands.flags import spec_for as run_spec_for
@@ -221,6 +226,8 @@ def report(args, console, cells, ceiling, model, machine, partial) -> None:  # t
                 f"  [yellow]noisy[/]: {c.mode} {c.kind} T={c.temperature:g}: {'; '.join(c.noise)}"
             )
     console.print(f"  {machine.describe()}")
+    if nothing_measured(args, console, bool(cells)):
+        return
     if args.json:
         write_text(
             args.json,

@@ -21,7 +21,12 @@ from localspec import argtypes as at
 from localspec import bench, native
 from localspec import concurrency as cc
 from localspec import native_server as ns
-from localspec.commands.bench_output import check_outputs, parse_list, write_text
+from localspec.commands.bench_output import (
+    check_outputs,
+    nothing_measured,
+    parse_list,
+    write_text,
+)
 from localspec.commands.flags import engine_options
 from localspec.engine.costs import VerifyCost
 from localspec.engine.prompting import render_chat
@@ -274,6 +279,8 @@ def report(  # type: ignore[no-untyped-def]
     console.print(f"  {machine.describe()}")
     if curve is not None:
         console.print(f"  {curve_line(curve)}")
+    if nothing_measured(args, console, bool(runs)):
+        return
     if args.json:
         data = {
             "model": model,

@@ -7,6 +7,8 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from rich.console import Console
+
 from localspec import bench, native
 from localspec.errors import LocalspecError
 from localspec.fileops import atomic_path, check_output_path
@@ -28,6 +30,26 @@ def parse_list(text: str, flag: str, cast=str, sep: str = ",") -> list:  # type:
 def write_text(path: str, text: str) -> None:
     with atomic_path(Path(path)) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def nothing_measured(args: argparse.Namespace, console: Console, measured: bool) -> bool:
+    """Whether a bench stopped (Ctrl-C) before it measured anything: then it writes no file,
+    and what an earlier run left under ``--json``, ``--markdown`` or ``--plot`` stays as it
+    was (said on the console)."""
+    if measured:
+        return False
+    named = [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--json", args.json),
+            ("--markdown", args.markdown),
+            ("--plot", getattr(args, "plot", None)),
+        )
+        if value is not None
+    ]
+    if named:
+        console.print(f"  nothing measured: {', '.join(named)} left as they were")
+    return True
 
 
 def check_outputs(args: argparse.Namespace) -> None:

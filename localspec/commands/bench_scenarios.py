@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from localspec import scenarios as sc
-from localspec.commands.bench_output import check_outputs, write_text
+from localspec.commands.bench_output import check_outputs, nothing_measured, write_text
 from localspec.commands.flags import engine_options
 from localspec.errors import LocalspecError
 from localspec.hardware import machine_load
@@ -66,6 +66,8 @@ def run_scenarios(args: argparse.Namespace, modes: list[str]) -> int:
     for line in lines:
         results.print(f"  {line}")
     results.print(f"  {machine.describe()}")
+    if nothing_measured(args, results, bool(runs)):
+        return 130 if interrupted else 0
     if args.json:
         data = {
             "model": model,

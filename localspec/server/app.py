@@ -371,13 +371,15 @@ class Server:
             )
             if figures.resting:
                 load += f", {figures.resting} draft model(s) resting"
+        # a single token comes with the prompt's pass: no speed of its own to show
+        speed = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s > 0 else "- tok/s"
         log.info(
-            "%s %s: %d+%d tokens, %.1f tok/s, accepted %d/%d (L %.2f), %s%s",
+            "%s %s: %d+%d tokens, %s, accepted %d/%d (L %.2f), %s%s",
             endpoint,
             mode,
             stats.n_prompt,
             stats.n_tokens,
-            stats.tokens_per_s,
+            speed,
             stats.accepted,
             stats.drafted,
             stats.mean_acceptance_length,

@@ -56,16 +56,26 @@ def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
 
 def timings_block(stats: Stats) -> dict[str, Any]:
     """llama-server's ``timings`` object, with its field names."""
+    prompt_n = stats.n_prompt - stats.n_cached
     return {
         "cache_n": stats.n_cached,  # read from the cache: prompt_n counts those read now
-        "prompt_n": stats.n_prompt - stats.n_cached,
+        "prompt_n": prompt_n,
         "prompt_ms": round(stats.prefill_ms, 3),
+        # the per-token figures editors show (llama.vim's and llama.vscode's info line);
+        # 0 where nothing was counted (JSON has no infinity)
+        "prompt_per_token_ms": _per(stats.prefill_ms, prompt_n),
+        "prompt_per_second": _per(1000.0 * prompt_n, stats.prefill_ms),
         "predicted_n": stats.n_tokens,
         "predicted_ms": round(stats.gen_ms, 3),
+        "predicted_per_token_ms": _per(stats.gen_ms, stats.n_tokens),
         "predicted_per_second": round(stats.tokens_per_s, 3),
         "draft_n": stats.drafted,
         "draft_n_accepted": stats.accepted,
     }
+
+
+def _per(amount: float, count: float) -> float:
+    return round(amount / count, 3) if count > 0 else 0.0
 
 
 def usage_block(stats: Stats) -> dict[str, int]:
