@@ -307,6 +307,10 @@ class Point:
     shared_draft: float | None  # verified / wanted draft tokens in shared steps (None: none)
     in_flight: float = 0.0  # median of the batches' tok/s while every client had work
 
+    def speed(self, in_flight: bool = False) -> float:
+        """Its aggregate tok/s, or its tok/s in flight."""
+        return self.in_flight if in_flight else self.tokens_per_s
+
     def to_dict(self) -> dict[str, object]:
         return {
             "config": self.config,
@@ -357,11 +361,7 @@ def summarise(runs: Sequence[BatchRun]) -> list[Point]:
 
 def speeds(points: Sequence[Point], config: str, in_flight: bool = False) -> dict[int, float]:
     """Per concurrency, ``config``'s aggregate tok/s (or its tok/s in flight)."""
-    return {
-        p.concurrency: p.in_flight if in_flight else p.tokens_per_s
-        for p in points
-        if p.config == config
-    }
+    return {p.concurrency: p.speed(in_flight) for p in points if p.config == config}
 
 
 def crossover(points: Sequence[Point], fast: str = PLAIN, slow: str = FIXED) -> int | None:
@@ -377,14 +377,10 @@ def native_ratios(points: Sequence[Point], in_flight: bool = False) -> dict[int,
     mine = speeds(points, LOAD_AWARE, in_flight)
     out = {}
     for n, speed in mine.items():
-        native = {
-            p.config: p.in_flight if in_flight else p.tokens_per_s
-            for p in points
-            if p.concurrency == n and p.config.startswith(NATIVE_PREFIX)
-        }
-        best = max(native, key=lambda config: native[config], default=None)
-        if best is not None and native[best] > 0:
-            out[n] = (speed / native[best], best)
+        native = [p for p in points if p.concurrency == n and p.config.startswith(NATIVE_PREFIX)]
+        best = max(native, key=lambda p: p.speed(in_flight), default=None)
+        if best is not None and best.speed(in_flight) > 0:
+            out[n] = (speed / best.speed(in_flight), best.config)
     return out
 
 

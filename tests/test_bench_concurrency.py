@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,11 @@ def test_the_native_ratio_takes_the_best_native_configuration() -> None:
     ]
     assert cc.native_ratios(points) == {2: (pytest.approx(1.2), "native ngram-simple")}
     assert any("1.20x llama-server's best" in line for line in cc.meaning(points))
+    # in flight, each configuration by its own figure: plain is llama-server's best there
+    flights = {cc.LOAD_AWARE: 33.0, "native plain": 30.0, "native ngram-simple": 22.0}
+    points = [replace(p, in_flight=flights.get(p.config, 0.0)) for p in points]
+    assert cc.native_ratios(points, in_flight=True)[2] == (pytest.approx(1.1), "native plain")
+    assert any("in flight 1.10x (native plain)" in line for line in cc.meaning(points))
 
 
 # ----- llama-server ------------------------------------------------------------------------------
