@@ -76,9 +76,30 @@ def test_past_the_time_limit_the_middle_ends_at_a_new_line() -> None:
     assert end.feed("b = 3\n", 0.8) == ""
 
 
+def test_a_middle_that_opens_a_code_fence_ends_before_it() -> None:
+    """A chat-tuned model that closed the code and goes on to explain it in Markdown."""
+    fim = FimPrompt("function f(a) {\n  if (a) {\n", "  return a;\n}\n")
+    end = MiddleEnd.of(fim)
+    out = fed(end, "    a += 1;\n  }\n}\n```\n\nThis function adds one.", [4])
+    assert end.ended and out == "    a += 1;\n  }\n}\n"
+    assert fed(MiddleEnd.of(fim), "x\n  ```js\nprose", [1]) == "x\n"  # indented, or named
+
+
+def test_a_file_that_has_fences_keeps_them_in_the_middle() -> None:
+    """Markdown, or a docstring with an example block: a fence is the file's own text."""
+    written = "usage:\n```python\nparse('1x2')\n```\n"
+    doc = FimPrompt('def parse(text):\n    """Parse.\n\n    ```python\n', "")
+    assert fed(MiddleEnd.of(doc), written, [3]) == written
+    assert fed(MiddleEnd.of(FimPrompt("# Notes\n", "```sh\nmake\n```\n")), written, []) == written
+
+
+FENCED = "a\n``\n`x\n```js"
+MIDDLES = [FIB_MIDDLE + "\nprint(fibonacci(10))\nx\n", "a\n  b\nc\n", "q\n\n\npr", FENCED]
+
+
 @given(
     st.lists(st.integers(1, 7), max_size=40),
-    st.sampled_from([FIB_MIDDLE + "\nprint(fibonacci(10))\nx\n", "a\n  b\nc\n", "q\n\n\npr"]),
+    st.sampled_from(MIDDLES),
     st.integers(0, 4),
 )
 def test_what_comes_out_does_not_depend_on_how_the_text_is_cut(
@@ -254,7 +275,27 @@ def test_no_n_predict_or_minus_one_writes_until_the_answer_ends(
     infill = {"input_prefix": "def fibonacci(n):\n", "input_suffix": FIB_SUFFIX, "prompt": ""}
     infill |= {k: v for k, v in body.items() if k in ("temperature", "n_predict")}
     middle = post(base, "/infill", infill).json()
-    assert middle["stop_type"] != "limit" and middle["tokens_predicted"] > 16, middle
+    assert middle["tokens_predicted"] > 16, middle  # ended by the model or a middle's rule
+
+
+def test_a_middle_that_leaves_the_code_for_prose_ends_at_the_fence(base: str) -> None:
+    """The 0.5B instruct model closes this function and explains it in Markdown (a fence,
+    then prose): every route that fills a middle sends the code only."""
+    prefix = "export function cartReducer(state, action) {\n  switch (action.type) {\n"
+    prefix += '    case "add": {\n'
+    prefix += "      return { ...state, items: [...state.items, action.item] };\n    }\n"
+    suffix = '    case "clear": {\n      return { ...state, items: [] };\n    }\n'
+    suffix += "    default:\n      return state;\n  }\n}\n"
+    plain = post(base, "/completion", {"prompt": "x", "n_predict": 1}).json()  # warm
+    assert plain["tokens_predicted"] == 1
+    body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 96, "temperature": 0}
+    infill = post(base, "/infill", body).json()
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+    suffixed = client.completions.create(
+        model="m", prompt=prefix, suffix=suffix, max_tokens=96, temperature=0
+    )
+    for content in (infill["content"], suffixed.choices[0].text):
+        assert content.strip() and "```" not in content, content
 
 
 def test_openai_suffix_is_the_same_middle(base: str) -> None:

@@ -168,7 +168,7 @@ def time_engine(engine, case: FimCase, mode: str, args, got, say) -> None:  # ty
 def complete(engine, prompt: FimPrompt, n_predict: int, mode: str):  # type: ignore[no-untyped-def]
     """One completion as ``/infill`` answers it: greedy, ended by the model, the token limit
     or the middle's end rules (``MiddleEnd``); its text and statistics."""
-    end = MiddleEnd(prompt.suffix)
+    end = MiddleEnd.of(prompt)
     parts, stats = [], None
     events = engine.stream(prompt, max_tokens=n_predict, temperature=0.0, mode=mode)
     try:

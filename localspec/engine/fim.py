@@ -25,6 +25,9 @@ from localspec.errors import LocalspecError
 # request then reads the same tokens here and there
 PROJECT_NAME = "myproject"
 CURRENT_FILE = "filename"
+# what opens a Markdown code block: a chat-tuned model that has closed the code often goes
+# on with a fence and prose about it ("```\n\nThis function...")
+FENCE = "```"
 # a line of the suffix shorter than this (``}``, ``end``, ``)``) is too common to say that
 # the middle has rejoined the suffix: the next lines are compared with it
 DISTINCT_CHARS = 12
@@ -143,7 +146,10 @@ class MiddleEnd:
     - ``time_limit_s``: past this time since the first token, it ends at the next new line;
     - the suffix: whole lines that repeat the suffix's first distinctive lines mean the model
       has rejoined it; the middle ends before them (and before the blank lines the suffix
-      already starts with).
+      already starts with);
+    - a code fence: in a file whose text around the cursor (``prefix``, ``suffix``) holds no
+      ``FENCE``, a line that opens one means the model has left the code to write about it
+      (Markdown, as a chat answer); the middle ends before that line.
 
     ``feed`` takes the text as it comes and returns what may be sent now: text that a rule
     might still cut is held back until it is decided. The first line is never cut."""
@@ -151,14 +157,22 @@ class MiddleEnd:
     suffix: str = ""
     n_indent: int = 0
     time_limit_s: float | None = None
+    prefix: str = ""  # the text before the cursor (only the fence rule reads it)
     text: str = ""  # everything kept so far
     sent: int = 0  # how much of ``text`` was released
     ended: bool = False  # a rule ended the middle (llama-server's stop type "limit")
     _anchor: list[str] = field(default_factory=list)
     _lead: str = ""
+    _fence_ends: bool = False
 
     def __post_init__(self) -> None:
         self._anchor, self._lead = suffix_anchor(self.suffix)
+        self._fence_ends = FENCE not in self.prefix and FENCE not in self.suffix
+
+    @classmethod
+    def of(cls, fim: FimPrompt, n_indent: int = 0, time_limit_s: float | None = None) -> MiddleEnd:
+        """The end rules of ``fim``'s middle."""
+        return cls(fim.suffix, n_indent, time_limit_s, prefix=fim.prefix + fim.typed)
 
     def feed(self, piece: str, elapsed_s: float = 0.0) -> str:
         """``piece``, written ``elapsed_s`` after the first token: what can be sent now."""
@@ -180,6 +194,8 @@ class MiddleEnd:
         for i in range(1, len(lines)):
             line, whole = lines[i], i < len(lines) - 1
             if self.n_indent and line.strip() and _indent(line) < self.n_indent:
+                return self._cut(lines, i)
+            if self._fence_ends and line.lstrip().startswith(FENCE):
                 return self._cut(lines, i)
             if whole and self._rejoins(lines, i):
                 return self._cut(lines, i, drop_lead=True)
@@ -213,6 +229,8 @@ class MiddleEnd:
         hold = last + 1
         if self.n_indent and last >= 1 and not lines[last].strip():
             hold = last
+        if self._fence_ends and last >= 1 and FENCE.startswith(lines[last].strip()):
+            hold = last  # a fence may be opening
         if self._anchor:
             k = last
             while k >= 1 and self._may_begin_anchor(lines[k:]):

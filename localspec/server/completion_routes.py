@@ -195,7 +195,8 @@ def openai_fields(body: LlamaCompletionBody) -> dict[str, Any]:
 
 class LlamaReply:
     """One answer in llama-server's shape, whole or streamed; for ``/infill`` the middle is
-    cut where it ends (``MiddleEnd``: indentation, time limit, a rejoined suffix)."""
+    cut where it ends (``MiddleEnd``: indentation, time limit, a rejoined suffix, a code
+    fence)."""
 
     def __init__(
         self,
@@ -210,8 +211,8 @@ class LlamaReply:
         self.n_prompt, self.warm_up = n_prompt, warm_up
         self.tokens: list[int] = []
         self.middle = (
-            MiddleEnd(
-                body.input_suffix,
+            MiddleEnd.of(
+                body.fim(),
                 body.n_indent,
                 body.t_max_predict_ms / 1000 if body.t_max_predict_ms else None,
             )

@@ -1,9 +1,11 @@
 """A fill-in-the-middle answer of the OpenAI and Ollama routes (``suffix`` on
-``/v1/completions`` and ``/api/generate``), ended where the middle rejoins the suffix.
+``/v1/completions`` and ``/api/generate``), ended where the middle rejoins the suffix or
+leaves the code.
 
 A model that has filled the gap often goes on writing the code that follows it, which the
-editor already has: the text would be inserted twice. ``MiddleEnd`` (``engine/fim.py``)
-sees it coming; here its suffix rule is applied to a generation's events as they arrive,
+editor already has: the text would be inserted twice; a chat-tuned one may close the code
+and write about it. ``MiddleEnd`` (``engine/fim.py``) sees both coming; here its rules are
+applied to a generation's events as they arrive,
 and the generation is stopped once the middle has ended. (``/infill`` applies the same
 rules with llama-server's own fields, ``n_indent`` and ``t_max_predict_ms``.)
 """
@@ -25,9 +27,9 @@ class MiddleStream:
     held back until decided); once the middle has ended, the last event says ``stop`` and
     the generation is stopped."""
 
-    def __init__(self, events: GenerationStream, suffix: str) -> None:
+    def __init__(self, events: GenerationStream, fim: FimPrompt) -> None:
         self.events = events
-        self.middle = MiddleEnd(suffix)
+        self.middle = MiddleEnd.of(fim)
         self._done = False
 
     def __aiter__(self) -> MiddleStream:
@@ -57,5 +59,5 @@ def ended_at_suffix(events: GenerationStream, prompt: object) -> GenerationStrea
     """The events of a generation of ``prompt``: a middle to fill with a suffix is cut where
     it rejoins it; any other prompt's events as they are."""
     if isinstance(prompt, FimPrompt) and prompt.suffix:
-        return MiddleStream(events, prompt.suffix)  # type: ignore[return-value]
+        return MiddleStream(events, prompt)  # type: ignore[return-value]
     return events
