@@ -203,14 +203,22 @@ def test_infill_fills_the_gap_as_plain_decoding_would(base: str, engine: Engine)
 def test_keystrokes_reread_only_what_was_typed(base: str) -> None:
     """llama.vim after each word: the prefix, the suffix and the other files stay cached
     (``n_predict: 0`` warms the cache first, as llama.vim does)."""
+    generated = generated_tokens(base)
     warm = post(base, "/infill", vim_request(n_predict=0))
     assert warm.status_code == 200, warm.text
     assert warm.json()["content"] == "" and warm.json()["tokens_predicted"] == 0
+    assert generated_tokens(base) == generated  # nor in the metrics (and the log)
     for typed in ("    x, y,", "    x, y, w,", "    x, y, w, h = "):
         got = post(base, "/infill", vim_request(typed, n_predict=8)).json()
         timings = got["timings"]
         assert timings["prompt_n"] <= 8, timings
         assert timings["cache_n"] == got["tokens_evaluated"] - timings["prompt_n"] > 80
+
+
+def generated_tokens(base: str) -> float:
+    name = "localspec_generated_tokens_total "
+    lines = httpx.get(f"{base}/metrics").text.splitlines()
+    return next(float(line.removeprefix(name)) for line in lines if line.startswith(name))
 
 
 @pytest.mark.parametrize("stream", [False, True])

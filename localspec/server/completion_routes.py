@@ -305,6 +305,8 @@ class LlamaReply:
 
     def finish(self, stats: Stats, reason: str) -> str:
         reason = "stop" if self.cut else reason
+        if self.warm_up:  # the token that read the prompt is not an answer's (log, metrics)
+            stats = dataclasses.replace(stats, n_tokens=0)
         self.server.finished(self.endpoint, self.mode, stats, reason)
         return reason
 
