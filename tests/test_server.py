@@ -361,6 +361,29 @@ def test_metrics(base: str) -> None:
         assert name in text, name
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/v1/models", None, 200),
+        ("POST", "/tokenize", {"content": "hello"}, 200),
+        ("POST", "/detokenize", {"tokens": [-1]}, 400),
+        ("GET", "/props", None, 200),
+        ("GET", "/api/tags", None, 200),
+        ("POST", "/api/show", {"model": "no-such-model"}, 404),
+        ("POST", "/v1/messages/count_tokens", {"messages": []}, 400),
+    ],
+)
+def test_requests_that_read_no_generation_are_counted_too(
+    base: str, method: str, path: str, body: object, status: int
+) -> None:
+    """An operator's request count holds every route a client calls (Claude Code asks for
+    its prompt's token count before most turns), by the status answered."""
+    before = requests_counted(base, path, status)
+    r = httpx.request(method, f"{base}{path}", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    assert requests_counted(base, path, status) == before + 1
+
+
 def test_api_key(smollm: Engine) -> None:
     with LiveServer(smollm, ServerSettings(api_keys=("s3cret",))) as url:
         assert httpx.get(f"{url}/v1/models").status_code == 401

@@ -47,6 +47,7 @@ from localspec.server.guard import (
     is_loopback_host,
     origin_allowed,
 )
+from localspec.server.host import counted_route
 from localspec.server.llama_routes import LlamaRoutes
 from localspec.server.metrics import ServerMetrics
 from localspec.server.ollama_routes import error_response as ollama_error
@@ -544,16 +545,18 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
         routes=[
             Route("/health", server.health),
             Route("/metrics", server.prometheus),
-            Route("/v1/models", server.models),
-            Route("/v1/models/{model_id:path}", server.model),
+            counted_route(server, "/v1/models", server.models),
+            counted_route(server, "/v1/models/{model_id:path}", server.model),
             Route("/v1/completions", server.completions, methods=["POST"]),
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
             Route("/v1/messages", anthropic.messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
-            Route("/tokenize", llama.tokenize, methods=["POST"]),
-            Route("/detokenize", llama.detokenize, methods=["POST"]),
-            Route("/apply-template", llama.apply_template, methods=["POST"]),
-            Route("/props", llama.props),
+            counted_route(
+                server, "/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]
+            ),
+            counted_route(server, "/tokenize", llama.tokenize, methods=["POST"]),
+            counted_route(server, "/detokenize", llama.detokenize, methods=["POST"]),
+            counted_route(server, "/apply-template", llama.apply_template, methods=["POST"]),
+            counted_route(server, "/props", llama.props),
             *ollama_routes(server),
             Route("/completion", completion.completion, methods=["POST"]),
             Route("/completions", completion.completion, methods=["POST"]),

@@ -5,10 +5,13 @@ those modules need not import the app that imports them."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from localspec.server.reply import ReplyHost
 
@@ -46,3 +49,19 @@ class RouteHost(ReplyHost, Protocol):
     ) -> dict[str, Any]: ...
 
     async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream: ...
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def counted_route(host: ReplyHost, path: str, handler: Handler, **options: Any) -> Route:
+    """A route that reads no generation (models, tokens, props...), counted in the metrics'
+    requests by the status it answered with; a generation's routes count themselves, once
+    it has ended (499: the client left)."""
+
+    async def answer(request: Request) -> Response:
+        response = await handler(request)
+        host.ended(path, response.status_code)
+        return response
+
+    return Route(path, answer, **options)

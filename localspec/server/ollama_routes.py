@@ -40,7 +40,7 @@ from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_for
 from localspec.errors import LocalspecError
 from localspec.server.fim_stream import ended_at_suffix
-from localspec.server.host import RouteHost
+from localspec.server.host import RouteHost, counted_route
 from localspec.server.reply import ShuttingDown, client_gone, generation_failed, stop_when_gone
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest, LenientBody, Number
@@ -678,10 +678,10 @@ def ollama_routes(server: RouteHost) -> list[Route]:
     ollama = OllamaRoutes(server)
     return [
         Route("/", ollama.root, methods=["GET", "HEAD"]),
-        Route("/api/version", ollama.version),
-        Route("/api/tags", ollama.tags),
-        Route("/api/ps", ollama.ps),
-        Route("/api/show", ollama.show, methods=["POST"]),
+        counted_route(server, "/api/version", ollama.version),
+        counted_route(server, "/api/tags", ollama.tags),
+        counted_route(server, "/api/ps", ollama.ps),
+        counted_route(server, "/api/show", ollama.show, methods=["POST"]),
         Route(CHAT, ollama.chat, methods=["POST"]),
         Route(GENERATE, ollama.generate, methods=["POST"]),
     ]
