@@ -65,13 +65,15 @@ def machine_failed(exc: OSError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    prog = "localspec"  # errors name the command, as argparse's own do
     try:
         args = build_parser().parse_args(argv)
+        prog = f"localspec {args.command}"
         install_interrupt_handler()
         show_status_lines()
         return int(args.handler(args) or 0)
     except LocalspecError as exc:
-        print(f"localspec: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nlocalspec: interrupted", file=sys.stderr)
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except Exception as exc:
         if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_HINTS:
-            print(f"localspec: error: {machine_failed(exc)}", file=sys.stderr)
+            print(f"{prog}: error: {machine_failed(exc)}", file=sys.stderr)
             return 1
         # A bug, not bad input: one line, the traceback only when asked for.
         if os.environ.get("LOCALSPEC_DEBUG"):
