@@ -394,6 +394,23 @@ def test_answers_that_parted_at_a_near_tie_are_compared_per_token() -> None:
     assert per_token and ratio == pytest.approx((8.1 / 97) / (10.0 / 128))
 
 
+def test_a_middle_ended_sooner_than_llama_servers_is_marked() -> None:
+    """A ratio against llama-server that comes from where the middle ends, not from
+    speculation, says so (a case, and the report's line)."""
+    from localspec.commands import bench_fim as fim
+
+    cases = fim.fim_cases()[:2]
+    short = {fim.SPEC: fim.Timings([0.2], [5]), fim.NATIVE_PLAIN: fim.Timings([1.6], [44])}
+    level = {fim.SPEC: fim.Timings([4.0], [128]), fim.NATIVE_PLAIN: fim.Timings([4.6], [128])}
+    assert fim.ended_sooner(short) and not fim.ended_sooner(level)
+    assert not fim.ended_sooner({**level, fim.SPEC: fim.Timings([4.0], [120])})  # a near tie
+    for got in (short, level):
+        got[fim.PLAIN], got[fim.NATIVE_SPEC] = got[fim.SPEC], got[fim.NATIVE_PLAIN]
+    results = {cases[0].name: short, cases[1].name: level}
+    lines = fim.summary(cases, results, fim.ratios(cases, results))
+    assert any(line.endswith(f"(+): {cases[0].name}") for line in lines), lines
+
+
 class Events:
     """A generation's events as a server route reads them (a ``GenerationStream``'s
     interface), from a fixed list of texts."""

@@ -314,7 +314,9 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
                 + (f" ({got[NATIVE_PLAIN].length:g})" if native else ""),
                 *[spread(got[c].seconds) for c in configs],
                 versus_plain(got),
-                f"{versus[case.name]:.2f}x" if case.name in versus else "-",
+                (f"{versus[case.name]:.2f}x" + ("+" if ended_sooner(got) else ""))
+                if case.name in versus
+                else "-",
             ]
         )
     table = Table(title=header)
@@ -355,6 +357,8 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
     lines = []
     for kind in ("copying", "ordinary"):
         mine = [c for c in cases if c.kind == kind]
+        if not mine:
+            continue
         plain = [speedup(results[c.name][PLAIN], results[c.name][SPEC])[0] for c in mine]
         mean = statistics.geometric_mean(plain)
         line = f"{kind}: speculation vs plain, geometric mean {mean:.2f}x"
@@ -371,10 +375,24 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
             "answers of plain and speculative decoding of different lengths (parted at a near "
             f"tie), compared per token (*): {', '.join(parted)}"
         )
+    sooner = [c.name for c in cases if ended_sooner(results[c.name])]
+    if sooner:
+        lines.append(
+            "localspec ended the middle sooner than llama-server (where it rejoins the suffix "
+            f"or leaves the code), the time to each one's whole completion compared (+): "
+            f"{', '.join(sooner)}"
+        )
     differing = [c.name for c in cases if same_answers(results[c.name]) is False]
     if differing:
         lines.append(f"answers differing from llama-server's (near ties?): {', '.join(differing)}")
     return lines
+
+
+def ended_sooner(got: dict[str, Timings]) -> bool:
+    """localspec's middle is shorter than llama-server's by more than a near tie's parting:
+    one of its end rules cut it (llama-server writes on to its token limit)."""
+    native = got.get(NATIVE_PLAIN)
+    return native is not None and got[SPEC].length < 0.9 * native.length
 
 
 def versus_plain(got: dict[str, Timings]) -> str:
