@@ -78,7 +78,10 @@ def test_props_describe_the_server(base: str, engine: Engine) -> None:
     assert props["total_slots"] == 2
     assert props["default_generation_settings"]["n_ctx"] == engine.target.n_ctx
     assert props["chat_template"] and props["model_path"].endswith(".gguf")
-    assert props["default_generation_settings"]["params"]["speculative.type"] == "ngram-simple"
+    params = props["default_generation_settings"]["params"]
+    assert params["speculative.type"] == "ngram-simple"
+    # what /completion and /infill do without these fields, as llama-server's /props says
+    assert (params["temperature"], params["top_k"], params["n_predict"]) == (0.8, 40, -1)
 
 
 @pytest.mark.parametrize(

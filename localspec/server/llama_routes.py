@@ -15,11 +15,13 @@ from starlette.responses import JSONResponse, Response
 
 from localspec import __version__
 from localspec.engine.prompting import render_chat
-from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
+from localspec.server.completion_routes import LlamaCompletionBody
 from localspec.server.host import RouteHost
 from localspec.server.schemas import Message
 from localspec.server.shapes import ApiError
+
+SAMPLING_DEFAULTS = ("n_predict", "temperature", "top_k", "top_p", "min_p")
 
 if TYPE_CHECKING:
     pass
@@ -96,17 +98,16 @@ class LlamaRoutes:
             self.server.check_caller(request)
         except ApiError as exc:
             return exc.response()
-        target, defaults = self.engine.target, GenerationSettings()
+        target = self.engine.target
+        # what /completion and /infill use when a field is left out (llama-server's own
+        # defaults, which clients reading /props expect; the OpenAI routes keep OpenAI's)
+        fields = LlamaCompletionBody.model_fields
         return JSONResponse(
             {
                 "default_generation_settings": {
                     "n_ctx": target.n_ctx,
                     "params": {
-                        "n_predict": defaults.max_tokens,
-                        "temperature": defaults.temperature,
-                        "top_k": defaults.top_k,
-                        "top_p": defaults.top_p,
-                        "min_p": defaults.min_p,
+                        **{k: fields[k].default for k in SAMPLING_DEFAULTS},
                         "speculative.type": self.engine.mode,
                         "speculative.n_max": self.engine.spec.n_max,
                     },
