@@ -93,8 +93,77 @@ def test_a_file_that_has_fences_keeps_them_in_the_middle() -> None:
     assert fed(MiddleEnd.of(FimPrompt("# Notes\n", "```sh\nmake\n```\n")), written, []) == written
 
 
+DEBOUNCE_SUFFIX = "  };\n}\n\nexport function throttle(fn, ms) {\n  let last = 0;\n"
+DEBOUNCE_BODY = "    clearTimeout(timer);\n    timer = setTimeout(() => fn(...args), ms);\n"
+AREA_SUFFIX = '\n\ndef main():\n    print(area(2.0))\n\n\nif __name__ == "__main__":\n    main()\n'
+AREA_MAIN = '\n\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def test_a_middle_that_ends_on_the_suffix_s_first_lines_leaves_them_out() -> None:
+    """The model closed the function and stopped: the suffix already closes it."""
+    end = MiddleEnd(DEBOUNCE_SUFFIX)
+    assert fed(end, DEBOUNCE_BODY + "  };\n}\n", [4]) == DEBOUNCE_BODY
+    assert fed(MiddleEnd(DEBOUNCE_SUFFIX), DEBOUNCE_BODY + "  };\n}", []) == DEBOUNCE_BODY
+    # what goes on after the closing lines is another middle: kept whole
+    more = DEBOUNCE_BODY + "  };\n}\n\nexport const wait = 1;\n"
+    assert fed(MiddleEnd(DEBOUNCE_SUFFIX), more, [3]) == more
+
+
+def test_a_middle_that_ends_on_the_suffix_s_last_lines_leaves_them_out() -> None:
+    """The model skipped ``main`` and wrote the file's end: the suffix has it."""
+    body = "    return math.pi * radius ** 2"
+    assert fed(MiddleEnd(AREA_SUFFIX), body + AREA_MAIN, [5]) == body
+    # one common closing line is no file's end: a function may well end as the suffix's does
+    common = "\n\ndef g(x):\n    y = x + 1\n    return result\n"
+    middle = "    result = 2 * x\n    return result\n"
+    assert fed(MiddleEnd(common), middle, []) == middle
+
+
 FENCED = "a\n``\n`x\n```js"
 MIDDLES = [FIB_MIDDLE + "\nprint(fibonacci(10))\nx\n", "a\n  b\nc\n", "q\n\n\npr", FENCED]
+
+
+@given(
+    st.lists(st.integers(1, 7), max_size=40),
+    st.sampled_from(
+        [
+            (DEBOUNCE_SUFFIX, DEBOUNCE_BODY + "  };\n}\n"),
+            (DEBOUNCE_SUFFIX, DEBOUNCE_BODY + "  };  \n \n}\n\n"),
+            (DEBOUNCE_SUFFIX, "x\n  };\n}\n\nexport function throttle(fn, ms) {\n  y"),
+            (AREA_SUFFIX, "    return 1" + AREA_MAIN),
+            (AREA_SUFFIX, "    return 1  \n\nif __name__ == x\n\n" + AREA_MAIN + "  "),
+            (AREA_SUFFIX, "r\ndef main():\n    print(area(2.0))\n\n\nif __name__"),
+        ]
+    ),
+)
+def test_a_repeated_end_does_not_depend_on_how_the_text_is_cut(
+    sizes: list[int], case: tuple[str, str]
+) -> None:
+    """What a finished middle leaves out of its end was never sent, however it came."""
+    suffix, text = case
+    assert fed(MiddleEnd(suffix), text, sizes) == fed(MiddleEnd(suffix), text, [])
+
+
+LINES = ["  };", "}", "", "  ", "    x = 1;  ", "export function throttle(fn, ms) {", "```"]
+LINES += ['if __name__ == "__main__":', "    main()", "def main():", "    print(area(2.0))"]
+
+
+@given(
+    st.lists(st.integers(1, 9), max_size=30),
+    st.lists(st.sampled_from(LINES), min_size=1, max_size=9),
+    st.booleans(),
+    st.sampled_from([DEBOUNCE_SUFFIX, AREA_SUFFIX, FIB_SUFFIX, "  };\n}\n"]),
+    st.sampled_from(["", "def f(x):\n", "def f(x):\n    y ="]),
+    st.integers(0, 4),
+)
+def test_every_end_rule_together_does_not_depend_on_how_the_text_is_cut(
+    sizes: list[int], lines: list[str], newline: bool, suffix: str, prefix: str, n_indent: int
+) -> None:
+    """Lines of the suffix, blanks, fences and code in any order, streamed in any pieces:
+    the same middle as fed one character at a time (nothing sent is ever taken back)."""
+    text = "\n".join(lines) + ("\n" if newline else "")
+    one_by_one = fed(MiddleEnd(suffix, n_indent, prefix=prefix), text, [])
+    assert fed(MiddleEnd(suffix, n_indent, prefix=prefix), text, sizes) == one_by_one
 
 
 @given(

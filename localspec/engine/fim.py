@@ -32,6 +32,9 @@ FENCE = "```"
 # the middle has rejoined the suffix: the next lines are compared with it
 DISTINCT_CHARS = 12
 ANCHOR_LINES = 3
+# a middle that ends on the suffix's last lines has rewritten the file's end (a function's
+# `return x` is common: two lines and this many characters are not)
+TAIL_LINES, TAIL_CHARS = 2, 24
 
 
 class FimVocab(Protocol):
@@ -149,7 +152,11 @@ class MiddleEnd:
       already starts with);
     - a code fence: in a file whose text around the cursor (``prefix``, ``suffix``) holds no
       ``FENCE``, a line that opens one means the model has left the code to write about it
-      (Markdown, as a chat answer); the middle ends before that line.
+      (Markdown, as a chat answer); the middle ends before that line;
+    - once the model has ended: lines it ended on that the suffix starts with (a closing
+      ``};`` the suffix already has), or that the suffix ends with (the file's last lines,
+      written again after skipping what came before them), are dropped, with the blank lines
+      before them (``repeated_end``).
 
     ``feed`` takes the text as it comes and returns what may be sent now: text that a rule
     might still cut is held back until it is decided. The first line is never cut."""
@@ -157,16 +164,19 @@ class MiddleEnd:
     suffix: str = ""
     n_indent: int = 0
     time_limit_s: float | None = None
-    prefix: str = ""  # the text before the cursor (only the fence rule reads it)
+    prefix: str = ""  # the text before the cursor (whether it holds a fence, ends a line)
     text: str = ""  # everything kept so far
     sent: int = 0  # how much of ``text`` was released
     ended: bool = False  # a rule ended the middle (llama-server's stop type "limit")
     _anchor: list[str] = field(default_factory=list)
     _lead: str = ""
+    _tail: list[str] = field(default_factory=list)
     _fence_ends: bool = False
 
     def __post_init__(self) -> None:
-        self._anchor, self._lead = suffix_anchor(self.suffix)
+        at_line_start = not self.prefix or self.prefix.endswith("\n")
+        self._anchor, self._lead = suffix_anchor(self.suffix, at_line_start)
+        self._tail = suffix_tail(self.suffix)
         self._fence_ends = FENCE not in self.prefix and FENCE not in self.suffix
 
     @classmethod
@@ -186,30 +196,46 @@ class MiddleEnd:
         return self._release(final=self.ended)
 
     def finish(self) -> str:
-        """The generation ended by itself: everything still held back."""
+        """The generation ended by itself (its last line is whole): the rules applied once
+        more, what repeats the suffix's start or end dropped, everything still held back."""
+        if not self.ended:
+            self._apply_rules(final=True)
+        first = self._first_break()
+        if not self.ended and self.suffix and first < len(self.text):
+            start = repeated_end(self.text, self.suffix, self._tail, after=first + 1)
+            if start is not None:  # the first line whole, the blank lines before ``start`` not
+                kept = self.text[: max(len(self.text[:start].rstrip()), first)]
+                kept += "" if self.suffix[0] == "\n" else "\n"
+                self.text = kept if len(kept) >= self.sent else self.text
         return self._release(final=True)
 
-    def _apply_rules(self) -> None:
+    def _first_break(self) -> int:
+        """Where the first line ends (the end of the text while there is one line)."""
+        at = self.text.find("\n")
+        return len(self.text) if at < 0 else at
+
+    def _apply_rules(self, final: bool = False) -> None:
         lines = self.text.split("\n")
         for i in range(1, len(lines)):
-            line, whole = lines[i], i < len(lines) - 1
+            line, whole = lines[i], final or i < len(lines) - 1
+            # each cut leaves out the blank lines the suffix starts with (``_cut``)
             if self.n_indent and line.strip() and _indent(line) < self.n_indent:
                 return self._cut(lines, i)
             if self._fence_ends and line.lstrip().startswith(FENCE):
                 return self._cut(lines, i)
-            if whole and self._rejoins(lines, i):
-                return self._cut(lines, i, drop_lead=True)
+            if whole and self._rejoins(lines, i, final):
+                return self._cut(lines, i)
 
-    def _rejoins(self, lines: list[str], i: int) -> bool:
+    def _rejoins(self, lines: list[str], i: int, final: bool = False) -> bool:
         """Whole lines from ``i`` on repeat the anchor (blank lines between them aside)."""
         if not self._anchor or lines[i].strip() != self._anchor[0]:
             return False
-        whole = [line.strip() for line in lines[i:-1] if line.strip()]
+        whole = [line.strip() for line in (lines[i:] if final else lines[i:-1]) if line.strip()]
         return whole[: len(self._anchor)] == self._anchor
 
-    def _cut(self, lines: list[str], i: int, drop_lead: bool = False) -> None:
+    def _cut(self, lines: list[str], i: int) -> None:
         kept = "\n".join(lines[:i]) + "\n"
-        if drop_lead and self._lead and (kept + _indent_of(lines[i])).endswith(self._lead):
+        if self._lead and (kept + _indent_of(lines[i])).endswith(self._lead):
             kept = (kept + _indent_of(lines[i]))[: -len(self._lead)]
         self.text = kept if len(kept) >= self.sent else self.text[: self.sent]
         self.ended = True
@@ -231,15 +257,18 @@ class MiddleEnd:
             hold = last
         if self._fence_ends and last >= 1 and FENCE.startswith(lines[last].strip()):
             hold = last  # a fence may be opening
-        if self._anchor:
-            k = last
-            while k >= 1 and self._may_begin_anchor(lines[k:]):
-                k -= 1
-            hold = min(hold, k + 1)
-        if hold > last:
-            return len(self.text)
-        start = sum(len(line) + 1 for line in lines[:hold])
-        return start - 1  # the new line before it too
+        if self._anchor:  # from the first line on which the rest may begin the anchor
+            begins = (k for k in range(1, last + 1) if self._may_begin_anchor(lines[k:]))
+            hold = min(hold, next(begins, last + 1))
+        held = len(self.text)
+        if hold <= last:
+            held = sum(len(line) + 1 for line in lines[:hold]) - 1  # the new line before it too
+        first = self._first_break()
+        if self.suffix and first < len(self.text):
+            start = may_repeat_end(self.text, self.suffix, self._tail, after=first + 1)
+            # with the blank lines before it, which go with it; the first line stays whole
+            held = min(held, max(len(self.text[:start].rstrip()), first))
+        return held
 
     def _may_begin_anchor(self, tail: list[str]) -> bool:
         """Whether these lines (the last one being written) may be the anchor's start."""
@@ -253,16 +282,18 @@ class MiddleEnd:
         )
 
 
-def suffix_anchor(suffix: str) -> tuple[list[str], str]:
+def suffix_anchor(suffix: str, at_line_start: bool = False) -> tuple[list[str], str]:
     """The suffix's first distinctive whole lines (stripped), and the text of the suffix
-    before them that starts with a new line (what a middle rejoining it writes first)."""
-    first_break = suffix.find("\n")
-    if first_break < 0:
+    before them (what a middle rejoining it writes first: the new line that ends the
+    cursor's line, blank lines, indentation). The suffix's first line is the rest of the
+    cursor's line, whole only when the cursor is at a line's start (``at_line_start``)."""
+    start = 0 if at_line_start else suffix.find("\n") + 1
+    if start == 0 and not at_line_start:
         return [], ""
     anchor: list[str] = []
     lead_end = None
-    offset = first_break + 1
-    for line in suffix[first_break + 1 :].split("\n"):
+    offset = start
+    for line in suffix[start:].split("\n"):
         if line.strip():
             if lead_end is None:
                 lead_end = offset + len(line) - len(line.lstrip())
@@ -272,8 +303,65 @@ def suffix_anchor(suffix: str) -> tuple[list[str], str]:
         offset += len(line) + 1
     if not anchor or sum(len(a) for a in anchor) < DISTINCT_CHARS:
         return [], ""
-    lead = suffix[first_break:lead_end]
+    lead = suffix[max(start - 1, 0) : lead_end]
     return anchor, lead
+
+
+def suffix_tail(suffix: str) -> list[str]:
+    """The suffix's last non-blank lines (stripped), as few as are distinctive (at least
+    ``TAIL_LINES`` and ``TAIL_CHARS``), at most ``ANCHOR_LINES``; none where they are not."""
+    lines = [line.strip() for line in suffix.split("\n") if line.strip()]
+    for k in range(TAIL_LINES, min(ANCHOR_LINES, len(lines)) + 1):
+        if sum(len(line) for line in lines[-k:]) >= TAIL_CHARS:
+            return lines[-k:]
+    return []
+
+
+def _line_starts(text: str, after: int) -> list[int]:
+    """Where the lines of ``text`` from position ``after`` (a line's start) on start."""
+    return [after] + [i + 1 for i in range(after, len(text)) if text[i] == "\n"]
+
+
+def repeated_end(text: str, suffix: str, tail: list[str], after: int) -> int | None:
+    """Where the lines that ``text`` (a finished middle) ends on start, if they repeat the
+    suffix's first lines (whole) or its last ones (``tail``, blank lines aside); else None.
+    Lines before ``after`` are never taken."""
+    for start in _line_starts(text, after):
+        end = text[start:].rstrip()
+        if end and suffix.startswith(end) and suffix[len(end) : len(end) + 1] in ("", "\n"):
+            return start
+    lines = text[after:].split("\n")
+    written = [i for i, line in enumerate(lines) if line.strip()]
+    if tail and [lines[i].strip() for i in written[-len(tail) :]] == tail:
+        return after + sum(len(line) + 1 for line in lines[: written[-len(tail)]])
+    return None
+
+
+def may_repeat_end(text: str, suffix: str, tail: list[str], after: int) -> int:
+    """Where the text that ``repeated_end`` may take, once the middle has ended, starts: the
+    suffix's start or its ``tail`` begun on the last lines written (the end of the text
+    where neither is; the caller holds trailing blanks back too)."""
+    starts = [len(text)]
+    for start in _line_starts(text, after):
+        written = text[start:]
+        end = written.rstrip()
+        if end and suffix.startswith(written):
+            starts.append(start)
+            break
+        if end and suffix.startswith(end) and suffix[len(end) : len(end) + 1] in ("", "\n"):
+            starts.append(start)
+            break
+    *whole, current = text[after:].split("\n")
+    nonblank = [i for i, line in enumerate(whole) if line.strip()]
+    for k in range(min(len(tail), len(nonblank)), 0, -1):
+        if [whole[i].strip() for i in nonblank[-k:]] != tail[:k]:
+            continue
+        if not current.strip() or (k < len(tail) and tail[k].startswith(current.strip())):
+            starts.append(after + sum(len(line) + 1 for line in whole[: nonblank[-k]]))
+            break
+    if tail and current.strip() and tail[0].startswith(current.strip()):
+        starts.append(len(text) - len(current))
+    return min(starts)
 
 
 def _indent(line: str) -> int:
