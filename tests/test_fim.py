@@ -146,13 +146,14 @@ def test_a_repeated_end_does_not_depend_on_how_the_text_is_cut(
 
 LINES = ["  };", "}", "", "  ", "    x = 1;  ", "export function throttle(fn, ms) {", "```"]
 LINES += ['if __name__ == "__main__":', "    main()", "def main():", "    print(area(2.0))"]
+LINES += ["    if (timer) {", "\t", "x", "    main()  "]
 
 
 @given(
     st.lists(st.integers(1, 9), max_size=30),
-    st.lists(st.sampled_from(LINES), min_size=1, max_size=9),
+    st.lists(st.sampled_from(LINES), min_size=1, max_size=10),
     st.booleans(),
-    st.sampled_from([DEBOUNCE_SUFFIX, AREA_SUFFIX, FIB_SUFFIX, "  };\n}\n"]),
+    st.sampled_from([DEBOUNCE_SUFFIX, AREA_SUFFIX, FIB_SUFFIX, "  };\n}\n", "\n\n  };\n", "x"]),
     st.sampled_from(["", "def f(x):\n", "def f(x):\n    y ="]),
     st.integers(0, 4),
 )

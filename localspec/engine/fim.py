@@ -265,9 +265,10 @@ class MiddleEnd:
             held = sum(len(line) + 1 for line in lines[:hold]) - 1  # the new line before it too
         first = self._first_break()
         if self.suffix and first < len(self.text):
-            start = may_repeat_end(self.text, self.suffix, self._tail, after=first + 1)
-            # with the blank lines before it, which go with it; the first line stays whole
-            held = min(held, max(len(self.text[:start].rstrip()), first))
+            held = min(held, may_repeat_end(self.text, self.suffix, self._tail, first + 1))
+            # with the blank lines before it, which a cut or a repeated end leaves out with
+            # it (as the suffix's own); the first line's text is never held
+            held = max(len(self.text[:held].rstrip()), first)
         return held
 
     def _may_begin_anchor(self, tail: list[str]) -> bool:
