@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import errno
 import os
 import sys
@@ -22,18 +23,37 @@ COMMANDS = (run, pairs, models, pull, probe, chat, bench, doctor, serve)  # help
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad flag said in one line and a hint instead of the usage block."""
 
-    def error(self, message: str, prog: str | None = None) -> NoReturn:
+    def error(self, message: str, prog: str | None = None, hint: str = "") -> NoReturn:
         prog = prog or self.prog
-        self.exit(2, f"{prog}: error: {message}\n  hint: see `{prog} --help`\n")
+        hint = hint or f"see `{prog} --help`"
+        self.exit(2, f"{prog}: error: {message}\n  hint: {hint}\n")
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
-        """As argparse, but a flag no command knows points to that command's help."""
+        """As argparse, but a flag no command knows points to that command's help, or to
+        the flag it was meant to be."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             command = getattr(parsed, "command", None)
             prog = f"{self.prog} {command}" if command else self.prog
-            self.error(f"unrecognized arguments: {' '.join(extras)}", prog)
+            hint = self._meant(command, extras)
+            self.error(f"unrecognized arguments: {' '.join(extras)}", prog, hint)
         return parsed
+
+    def _meant(self, command: str | None, extras: list[str]) -> str:
+        """``did you mean --parallel?`` for a mistyped flag of ``command``, or nothing."""
+        flags = [e.split("=", 1)[0] for e in extras if e.startswith("--")]
+        parser = self._command_parsers().get(command or "")
+        if not flags or parser is None:
+            return ""
+        known = [f for f in parser._option_string_actions if f.startswith("--")]
+        close = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.75)
+        return f"did you mean {close[0]}? (`{parser.prog} --help` lists them)" if close else ""
+
+    def _command_parsers(self) -> dict[str, argparse.ArgumentParser]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
 
 
 def build_parser() -> argparse.ArgumentParser:

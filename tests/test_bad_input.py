@@ -98,6 +98,9 @@ FLAG_CASES = [
         "argument -np/--parallel: 100 is out of range: must be between 1 and 64",
     ),
     (["serve", MISSING, "--max-queue", "-1"], "argument --max-queue"),
+    # a mistyped flag: the one it was meant to be
+    (["serve", MISSING, "--paralel", "2"], "hint: did you mean --parallel?"),
+    (["bench", MISSING, "--concurency=1,2"], "hint: did you mean --concurrency?"),
     (["doctor", MISSING, "-c", "3"], "too small a context"),
     # draft length: more than one verification batch holds, refused before anything loads
     (["run", MISSING, "--spec-draft-n-max", "100000"], "at most 511 drafted tokens"),
