@@ -323,13 +323,19 @@ def _line_starts(text: str, after: int) -> list[int]:
     return [after] + [i + 1 for i in range(after, len(text)) if text[i] == "\n"]
 
 
+def _starts_suffix(written: str, suffix: str) -> bool:
+    """Whether ``written`` (from a line's start) is the suffix's first whole lines, trailing
+    blanks aside."""
+    end = written.rstrip()
+    return bool(end) and suffix.startswith(end) and suffix[len(end) : len(end) + 1] in ("", "\n")
+
+
 def repeated_end(text: str, suffix: str, tail: list[str], after: int) -> int | None:
     """Where the lines that ``text`` (a finished middle) ends on start, if they repeat the
     suffix's first lines (whole) or its last ones (``tail``, blank lines aside); else None.
     Lines before ``after`` are never taken."""
     for start in _line_starts(text, after):
-        end = text[start:].rstrip()
-        if end and suffix.startswith(end) and suffix[len(end) : len(end) + 1] in ("", "\n"):
+        if _starts_suffix(text[start:], suffix):
             return start
     lines = text[after:].split("\n")
     written = [i for i, line in enumerate(lines) if line.strip()]
@@ -344,12 +350,8 @@ def may_repeat_end(text: str, suffix: str, tail: list[str], after: int) -> int:
     where neither is; the caller holds trailing blanks back too)."""
     starts = [len(text)]
     for start in _line_starts(text, after):
-        written = text[start:]
-        end = written.rstrip()
-        if end and suffix.startswith(written):
-            starts.append(start)
-            break
-        if end and suffix.startswith(end) and suffix[len(end) : len(end) + 1] in ("", "\n"):
+        written = text[start:]  # the suffix's start, begun or whole
+        if written.strip() and (suffix.startswith(written) or _starts_suffix(written, suffix)):
             starts.append(start)
             break
     *whole, current = text[after:].split("\n")
