@@ -119,6 +119,36 @@ def test_a_middle_that_ends_on_the_suffix_s_last_lines_leaves_them_out() -> None
     assert fed(MiddleEnd(common), middle, []) == middle
 
 
+LOADERS = "def load_customers(path):\n    return read(path, Customer)\n\n\ndef load_orders(path):\n"
+TOTALS = "\n\n\ndef total_spent(orders):\n    return sum(o.amount for o in orders)\n"
+ORDERS_BODY = "    rows = json.loads(path.read_text())\n    return [Order(**row) for row in rows]\n"
+
+
+def test_a_middle_that_goes_on_to_a_new_definition_ends_before_it() -> None:
+    """The model filled the function at the cursor, then invented the next one."""
+    more = ORDERS_BODY + "\n\ndef export_customers(customers, path):\n    pass\n"
+    end = MiddleEnd.of(FimPrompt(LOADERS, TOTALS))
+    assert fed(end, more, [3]) == ORDERS_BODY.rstrip("\n") and end.ended  # the suffix's \n\n\n
+    for invented in ("@dataclass\nclass Line:\n", "async def later():\n", "class Line:\n"):
+        assert fed(MiddleEnd.of(FimPrompt(LOADERS, "")), ORDERS_BODY + invented, []) == ORDERS_BODY
+    js = FimPrompt("export function add(a, b) {\n", "\nexport function sub(a, b) {\n}\n")
+    body = "  return a + b;\n}\n"  # the blank line after it is the suffix's own
+    assert fed(MiddleEnd.of(js), body + "\nexport function mul(a, b) {\n", [2]) == body
+
+
+def test_a_definition_is_kept_where_it_is_the_middle_s_own_start_or_the_file_has_none() -> None:
+    """A cursor between two functions: the middle may be one whole function (not two); a
+    file with no definition at a line's start (prose, a config) keeps such lines."""
+    one = "def export_orders(orders, path):\n    write(path, orders)\n"
+    top = FimPrompt(LOADERS + "    return read(path, Order)\n\n\n", TOTALS)
+    written = fed(MiddleEnd.of(top), "\n" + one + "\n\ndef more():\n", [4])
+    assert written == "\n" + one.rstrip("\n")  # the new lines after it are the suffix's
+    notes = "The importer:\nclass names come from the header.\n"
+    assert fed(MiddleEnd.of(FimPrompt("# Notes\n", "")), notes, [1]) == notes
+    calls = ORDERS_BODY + "\n\nprint(load_orders(PATH))\nfunctional = True\n"
+    assert fed(MiddleEnd.of(FimPrompt(LOADERS, TOTALS)), calls, [2]) == calls
+
+
 FENCED = "a\n``\n`x\n```js"
 MIDDLES = [FIB_MIDDLE + "\nprint(fibonacci(10))\nx\n", "a\n  b\nc\n", "q\n\n\npr", FENCED]
 
@@ -146,7 +176,8 @@ def test_a_repeated_end_does_not_depend_on_how_the_text_is_cut(
 
 LINES = ["  };", "}", "", "  ", "    x = 1;  ", "export function throttle(fn, ms) {", "```"]
 LINES += ['if __name__ == "__main__":', "    main()", "def main():", "    print(area(2.0))"]
-LINES += ["    if (timer) {", "\t", "x", "    main()  "]
+LINES += ["    if (timer) {", "\t", "x", "    main()  ", "def other(x):", "@cache", "de", "class"]
+LINES += ["print(x)", "async function later() {"]
 
 
 @given(
@@ -376,6 +407,26 @@ def test_a_middle_that_leaves_the_code_for_prose_ends_at_the_fence(base: str) ->
         assert content.strip() and "```" not in content, content
 
 
+def test_a_middle_that_goes_on_to_invent_functions_ends_before_them(base: str) -> None:
+    """The 0.5B instruct model fills ``pop`` and goes on with ``peek``, ``is_empty``, ``size``
+    and ``main`` of its own: every route that fills a middle sends ``pop``'s body only."""
+    prefix = "class Stack:\n    def __init__(self):\n        self.items = []\n\n"
+    prefix += "    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n"
+    suffix = "\n\n\ndef make_stack():\n    return Stack()\n"
+    body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 96, "temperature": 0}
+    infill = post(base, "/infill", body).json()
+    with httpx.stream("POST", f"{base}/infill", json={**body, "stream": True}, timeout=120) as r:
+        events = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
+    streamed = "".join(event["content"] for event in events)
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+    suffixed = client.completions.create(
+        model="m", prompt=prefix, suffix=suffix, max_tokens=96, temperature=0
+    )
+    assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 40, infill
+    for content in (infill["content"], streamed, suffixed.choices[0].text):
+        assert "return self.items.pop()" in content and "def " not in content, content
+
+
 def test_openai_suffix_is_the_same_middle(base: str) -> None:
     """OpenAI-style editors: ``prompt`` is all the text before the cursor, ``suffix`` after."""
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
@@ -474,11 +525,22 @@ def test_a_middle_ended_sooner_than_llama_servers_is_marked() -> None:
     level = {fim.SPEC: fim.Timings([4.0], [128]), fim.NATIVE_PLAIN: fim.Timings([4.6], [128])}
     assert fim.ended_sooner(short) and not fim.ended_sooner(level)
     assert not fim.ended_sooner({**level, fim.SPEC: fim.Timings([4.0], [120])})  # a near tie
+    one = {fim.SPEC: fim.Timings([0.07], [1]), fim.NATIVE_PLAIN: fim.Timings([0.07], [2])}
+    assert not fim.ended_sooner(one)  # the end token, which llama-server counts
     for got in (short, level):
         got[fim.PLAIN], got[fim.NATIVE_SPEC] = got[fim.SPEC], got[fim.NATIVE_PLAIN]
     results = {cases[0].name: short, cases[1].name: level}
-    lines = fim.summary(cases, results, fim.ratios(cases, results))
-    assert any(line.endswith(f"(+): {cases[0].name}") for line in lines), lines
+    lines = fim.summary(cases, results, fim.ratios(cases, results), {})
+    assert any(line.endswith(f"as many tokens: {cases[0].name}") for line in lines), lines
+    # what speculation gains apart from the cut: llama-server asked for as many tokens
+    short[fim.NATIVE_PLAIN + fim.AS_MANY] = fim.Timings([0.19], [5])
+    short[fim.NATIVE_SPEC + fim.AS_MANY] = fim.Timings([0.18], [5])
+    versus, alone = fim.ratios(cases, results), fim.speculation_alone(cases, results)
+    assert alone == {cases[0].name: pytest.approx(0.9), cases[1].name: pytest.approx(1.15)}
+    assert fim.vs_native(cases[0].name, versus, alone, True) == "8.00x+ (0.90x)"
+    assert fim.vs_native(cases[1].name, versus, alone, False) == "1.15x"
+    lines = fim.summary(cases, results, versus, alone)
+    assert "on as many tokens (speculation alone), geometric mean 1.02x" in lines[0], lines
 
 
 class Events:

@@ -44,6 +44,9 @@ TYPED_LINE = (
 )
 
 NATIVE_PLAIN, NATIVE_SPEC = "llama-server plain", "llama-server ngram-simple"
+# llama-server asked for as many tokens as localspec's middle, where that one ended sooner:
+# what speculation itself gains, apart from where the middle ends
+AS_MANY = ", as many tokens"
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,13 @@ def run_fim(args: argparse.Namespace) -> int:
                 with ns.running_server(server, 1, native_mode) as url:
                     for case in cases:
                         got = results[case.name][config] = Timings()
-                        time_native(url, case, args, got)
+                        time_native(url, case, args.n_predict, args.repeat, got)
                         console.print(f"  {case.name:18} {config:26} {got.median:6.2f} s")
+                        if ended_sooner(results[case.name]):
+                            n = round(results[case.name][SPEC].length)
+                            got = results[case.name][config + AS_MANY] = Timings()
+                            time_native(url, case, n, args.repeat, got)
+                            console.print(f"  {case.name:18} {n:3} tokens {got.median:13.2f} s")
         model = engine.target_path.name
     header = (
         f"localspec bench --fim: {model}, {mode}, up to {args.n_predict} tokens, T=0, "
@@ -229,9 +237,9 @@ def keystrokes(engine, case: FimCase, mode: str, plain: Timings) -> Keystrokes: 
     return Keystrokes(times, plain.step_s, read)
 
 
-def time_native(url: str, case: FimCase, args: argparse.Namespace, got: Timings) -> None:
-    body = infill_body(case.prompt, args.n_predict)
-    for repeat in range(args.repeat + 1):
+def time_native(url: str, case: FimCase, n_predict: int, repeat_n: int, got: Timings) -> None:
+    body = infill_body(case.prompt, n_predict)
+    for repeat in range(repeat_n + 1):
         t0 = time.perf_counter()
         reply = post_json(f"{url}/infill", body)
         seconds = time.perf_counter() - t0
@@ -285,16 +293,27 @@ def native_settings(args: argparse.Namespace, engine) -> ns.ServerSettings:  # t
 # ----- the report --------------------------------------------------------------------------
 
 
-def ratios(cases: Sequence[FimCase], results: dict[str, dict[str, Timings]]) -> dict[str, float]:
+def ratios(
+    cases: Sequence[FimCase], results: dict[str, dict[str, Timings]], suffix: str = ""
+) -> dict[str, float]:
     """Per case: how much faster localspec's speculation finishes than the better of
-    llama-server's configurations (absent without --native)."""
+    llama-server's configurations (absent without --native; ``suffix`` AS_MANY: llama-server
+    asked for as many tokens, for the cases where localspec's middle ended sooner)."""
     out = {}
     for case in cases:
         got = results[case.name]
-        native = [got[c].median for c in (NATIVE_PLAIN, NATIVE_SPEC) if c in got]
+        native = [got[c + suffix].median for c in (NATIVE_PLAIN, NATIVE_SPEC) if c + suffix in got]
         if native:
             out[case.name] = min(native) / got[SPEC].median
     return out
+
+
+def speculation_alone(
+    cases: Sequence[FimCase], results: dict[str, dict[str, Timings]]
+) -> dict[str, float]:
+    """Per case: localspec's speculation against the better llama-server on the same number
+    of tokens (the whole completion, or as many tokens where localspec's ended sooner)."""
+    return {**ratios(cases, results), **ratios(cases, results, AS_MANY)}
 
 
 def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # type: ignore[no-untyped-def]
@@ -302,7 +321,7 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
     native = NATIVE_PLAIN in configs
     tokens = "tokens: plain/spec. (llama-server's)" if native else "tokens: plain/spec."
     columns = ["case", "kind", tokens, *[f"{c} s" for c in configs], "vs plain", "vs native"]
-    versus = ratios(cases, results)
+    versus, alone = ratios(cases, results), speculation_alone(cases, results)
     rows = []
     for case in cases:
         got = results[case.name]
@@ -314,9 +333,7 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
                 + (f" ({got[NATIVE_PLAIN].length:g})" if native else ""),
                 *[spread(got[c].seconds) for c in configs],
                 versus_plain(got),
-                (f"{versus[case.name]:.2f}x" + ("+" if ended_sooner(got) else ""))
-                if case.name in versus
-                else "-",
+                vs_native(case.name, versus, alone, ended_sooner(got)),
             ]
         )
     table = Table(title=header)
@@ -326,7 +343,8 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
         table.add_row(*row)
     console = report_console()
     console.print(table)
-    lines = [*summary(cases, results, versus), f"keystrokes: first token {typing.describe()}"]
+    lines = summary(cases, results, versus, alone)
+    lines.append(f"keystrokes: first token {typing.describe()}")
     for line in lines:
         console.print(f"  {line}")
     if args.markdown:
@@ -353,7 +371,18 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
         write_text(args.json, json.dumps(data, indent=2))
 
 
-def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def]
+def vs_native(name: str, versus: dict[str, float], alone: dict[str, float], sooner: bool) -> str:
+    """The ratio to the better llama-server; where localspec ended sooner (``+``), with the
+    ratio on as many tokens after it."""
+    if name not in versus:
+        return "-"
+    if not sooner:
+        return f"{versus[name]:.2f}x"
+    same = alone.get(name, versus[name])
+    return f"{versus[name]:.2f}x+" + (f" ({same:.2f}x)" if same != versus[name] else "")
+
+
+def summary(cases, results, versus, alone) -> list[str]:  # type: ignore[no-untyped-def]
     lines = []
     for kind in ("copying", "ordinary"):
         mine = [c for c in cases if c.kind == kind]
@@ -368,6 +397,12 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
                 f"; vs the better llama-server, geometric mean "
                 f"{statistics.geometric_mean(native):.2f}x, lowest {min(native):.2f}x"
             )
+        same = [alone[c.name] for c in mine if c.name in alone]
+        if same and same != native:
+            line += (
+                f"; on as many tokens (speculation alone), geometric mean "
+                f"{statistics.geometric_mean(same):.2f}x, lowest {min(same):.2f}x"
+            )
         lines.append(line)
     parted = [c.name for c in cases if speedup(results[c.name][PLAIN], results[c.name][SPEC])[1]]
     if parted:
@@ -379,8 +414,8 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
     if sooner:
         lines.append(
             "localspec ended the middle sooner than llama-server (where it rejoins the suffix "
-            f"or leaves the code), the time to each one's whole completion compared (+): "
-            f"{', '.join(sooner)}"
+            f"or leaves the code), the time to each one's whole completion compared (+), and "
+            f"in brackets llama-server asked for as many tokens: {', '.join(sooner)}"
         )
     differing = [c.name for c in cases if same_answers(results[c.name]) is False]
     if differing:
@@ -390,9 +425,10 @@ def summary(cases, results, versus) -> list[str]:  # type: ignore[no-untyped-def
 
 def ended_sooner(got: dict[str, Timings]) -> bool:
     """localspec's middle is shorter than llama-server's by more than a near tie's parting:
-    one of its end rules cut it (llama-server writes on to its token limit)."""
+    one of its end rules cut it (llama-server writes on to its token limit). llama-server
+    counts the end token in an answer the model ended, localspec does not."""
     native = got.get(NATIVE_PLAIN)
-    return native is not None and got[SPEC].length < 0.9 * native.length
+    return native is not None and got[SPEC].length + 1 < 0.9 * native.length
 
 
 def versus_plain(got: dict[str, Timings]) -> str:

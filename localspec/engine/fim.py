@@ -14,6 +14,7 @@ the whole suffix. The model sees the same text either way, in its own order."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,6 +29,17 @@ CURRENT_FILE = "filename"
 # what opens a Markdown code block: a chat-tuned model that has closed the code often goes
 # on with a fence and prose about it ("```\n\nThis function...")
 FENCE = "```"
+# a line that opens a definition at a line's start (Python, JavaScript/TypeScript, Go, Rust,
+# Kotlin, a decorator): once the middle has written code, a new top-level definition is the
+# model going on with code of its own invention, not the code at the cursor (completion
+# servers such as Tabby stop there too). Taken as a rule only in a file that has such lines.
+DEFINITION = re.compile(
+    r"@[A-Za-z_]|(?:(?:export|default|pub|public|private|async|static|abstract)\s+)*"
+    r"(?:def|class|function\*?|func|fn|fun|struct|interface|impl|trait|enum)\s+[A-Za-z_$(]"
+)
+# a line at a line's start that may still become one: words and spaces so far
+MAY_BE_DEFINITION = re.compile(r"@|@?[A-Za-z_$][\w$ *]*")
+DEFINITION_CHARS = 48  # a line this long with no definition in it is none
 # a line of the suffix shorter than this (``}``, ``end``, ``)``) is too common to say that
 # the middle has rejoined the suffix: the next lines are compared with it
 DISTINCT_CHARS = 12
@@ -153,6 +165,9 @@ class MiddleEnd:
     - a code fence: in a file whose text around the cursor (``prefix``, ``suffix``) holds no
       ``FENCE``, a line that opens one means the model has left the code to write about it
       (Markdown, as a chat answer); the middle ends before that line;
+    - a new definition: in a file with ``DEFINITION`` lines at a line's start, such a line
+      after the middle has written code ends it, before that line (the model finished the
+      code at the cursor and invents the next function);
     - once the model has ended: lines it ended on that the suffix starts with (a closing
       ``};`` the suffix already has), or that the suffix ends with (the file's last lines,
       written again after skipping what came before them), are dropped, with the blank lines
@@ -172,12 +187,16 @@ class MiddleEnd:
     _lead: str = ""
     _tail: list[str] = field(default_factory=list)
     _fence_ends: bool = False
+    _definitions_end: bool = False
 
     def __post_init__(self) -> None:
         at_line_start = not self.prefix or self.prefix.endswith("\n")
         self._anchor, self._lead = suffix_anchor(self.suffix, at_line_start)
         self._tail = suffix_tail(self.suffix)
         self._fence_ends = FENCE not in self.prefix and FENCE not in self.suffix
+        self._definitions_end = any(
+            DEFINITION.match(line) for line in (self.prefix + "\n" + self.suffix).split("\n")
+        )
 
     @classmethod
     def of(cls, fim: FimPrompt, n_indent: int = 0, time_limit_s: float | None = None) -> MiddleEnd:
@@ -223,8 +242,20 @@ class MiddleEnd:
                 return self._cut(lines, i)
             if self._fence_ends and line.lstrip().startswith(FENCE):
                 return self._cut(lines, i)
+            if self._opens_definition(lines, i):
+                return self._cut(lines, i)
             if whole and self._rejoins(lines, i, final):
                 return self._cut(lines, i)
+
+    def _opens_definition(self, lines: list[str], i: int, begun: bool = False) -> bool:
+        """Line ``i`` opens a definition (``begun``: may be opening one) after code."""
+        if not self._definitions_end or not any(line.strip() for line in lines[:i]):
+            return False
+        line = lines[i]
+        if DEFINITION.match(line):
+            return True
+        may_be = len(line) < DEFINITION_CHARS and MAY_BE_DEFINITION.fullmatch(line)
+        return begun and (not line or bool(may_be))
 
     def _rejoins(self, lines: list[str], i: int, final: bool = False) -> bool:
         """Whole lines from ``i`` on repeat the anchor (blank lines between them aside)."""
@@ -257,6 +288,8 @@ class MiddleEnd:
             hold = last
         if self._fence_ends and last >= 1 and FENCE.startswith(lines[last].strip()):
             hold = last  # a fence may be opening
+        if last >= 1 and self._opens_definition(lines, last, begun=True):
+            hold = last  # a definition may be opening
         if self._anchor:  # from the first line on which the rest may begin the anchor
             begins = (k for k in range(1, last + 1) if self._may_begin_anchor(lines[k:]))
             hold = min(hold, next(begins, last + 1))
