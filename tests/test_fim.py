@@ -149,6 +149,21 @@ def test_a_definition_is_kept_where_it_is_the_middle_s_own_start_or_the_file_has
     assert fed(MiddleEnd.of(FimPrompt(LOADERS, TOTALS)), calls, [2]) == calls
 
 
+def test_a_middle_that_loops_on_one_line_ends_after_its_first_copy() -> None:
+    """A small model writes one assert to its token limit: the editor gets it once. Two
+    copies in a row may be meant (``stack.pop()`` twice), and lines blank or partly written
+    are no loop."""
+    fim = FimPrompt('def test_slugify():\n    assert slugify("a b") == "a-b"\n', "")
+    line = '    assert slugify("é") == "e"\n'
+    end = MiddleEnd.of(fim)
+    assert fed(end, line * 9, [5]) == line and end.ended
+    twice = "    stack.pop()\n" * 2 + "    return stack\n"
+    assert fed(MiddleEnd.of(fim), twice, [3]) == twice
+    assert fed(MiddleEnd.of(fim), "x\n\n\n\ny\n", [1]) == "x\n\n\n\ny\n"
+    typed = FimPrompt("def f():\n", "", typed="    g()")  # the first line is the typed one's end
+    assert fed(MiddleEnd.of(typed), "\n    g()\n    g()\n", []) == "\n    g()\n    g()\n"
+
+
 FENCED = "a\n``\n`x\n```js"
 MIDDLES = [FIB_MIDDLE + "\nprint(fibonacci(10))\nx\n", "a\n  b\nc\n", "q\n\n\npr", FENCED]
 
@@ -182,7 +197,9 @@ LINES += ["print(x)", "async function later() {"]
 
 @given(
     st.lists(st.integers(1, 9), max_size=30),
-    st.lists(st.sampled_from(LINES), min_size=1, max_size=10),
+    st.lists(st.tuples(st.sampled_from(LINES), st.integers(1, 3)), min_size=1, max_size=8).map(
+        lambda runs: [line for line, times in runs for _ in range(times)]  # loops too
+    ),
     st.booleans(),
     st.sampled_from([DEBOUNCE_SUFFIX, AREA_SUFFIX, FIB_SUFFIX, "  };\n}\n", "\n\n  };\n", "x"]),
     st.sampled_from(["", "def f(x):\n", "def f(x):\n    y ="]),
@@ -191,8 +208,9 @@ LINES += ["print(x)", "async function later() {"]
 def test_every_end_rule_together_does_not_depend_on_how_the_text_is_cut(
     sizes: list[int], lines: list[str], newline: bool, suffix: str, prefix: str, n_indent: int
 ) -> None:
-    """Lines of the suffix, blanks, fences and code in any order, streamed in any pieces:
-    the same middle as fed one character at a time (nothing sent is ever taken back)."""
+    """Lines of the suffix, blanks, fences, definitions, repeated lines and code in any order,
+    streamed in any pieces: the same middle as fed one character at a time (nothing sent is
+    ever taken back)."""
     text = "\n".join(lines) + ("\n" if newline else "")
     one_by_one = fed(MiddleEnd(suffix, n_indent, prefix=prefix), text, [])
     assert fed(MiddleEnd(suffix, n_indent, prefix=prefix), text, sizes) == one_by_one
@@ -425,6 +443,28 @@ def test_a_middle_that_goes_on_to_invent_functions_ends_before_them(base: str) -
     assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 40, infill
     for content in (infill["content"], streamed, suffixed.choices[0].text):
         assert "return self.items.pop()" in content and "def " not in content, content
+
+
+def test_a_middle_that_loops_ends_after_the_line_s_first_copy(base: str) -> None:
+    """The 0.5B instruct model writes one assert over and over to its token limit here."""
+    prefix = "import pytest\n\nfrom names import initials\n\n\n"
+    prefix += 'def test_initials_of_two_names():\n    assert initials("Ada Lovelace") == "AL"\n\n\n'
+    prefix += "def test_initials_ignore_accents():\n"
+    suffix = '\n\n\ndef test_initials_of_one_name():\n    assert initials("Plato") == "P"\n'
+    helper = "import unicodedata\n\n\ndef initials(name: str) -> str:\n"
+    helper += '    """The first letter of each word, upper case, accents dropped."""\n'
+    helper += '    plain = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()\n'
+    helper += '    return "".join(word[0].upper() for word in plain.split())\n'
+    extra = [{"filename": "names.py", "text": helper}]
+    body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": extra}
+    body |= {"n_predict": 96, "temperature": 0}
+    infill = post(base, "/infill", body).json()
+    with httpx.stream("POST", f"{base}/infill", json={**body, "stream": True}, timeout=120) as r:
+        events = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
+    assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 60, infill
+    for content in (infill["content"], "".join(event["content"] for event in events)):
+        lines = [line for line in content.split("\n") if line.strip()]
+        assert len(lines) == len(set(lines)) >= 2, content
 
 
 def test_openai_suffix_is_the_same_middle(base: str) -> None:

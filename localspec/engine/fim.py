@@ -40,6 +40,9 @@ DEFINITION = re.compile(
 # a line at a line's start that may still become one: words and spaces so far
 MAY_BE_DEFINITION = re.compile(r"@|@?[A-Za-z_$][\w$ *]*")
 DEFINITION_CHARS = 48  # a line this long with no definition in it is none
+# a line written this many times in a row is a loop, not code (editors' completion plugins
+# such as Continue stop there too)
+REPEATS = 3
 # a line of the suffix shorter than this (``}``, ``end``, ``)``) is too common to say that
 # the middle has rejoined the suffix: the next lines are compared with it
 DISTINCT_CHARS = 12
@@ -168,6 +171,8 @@ class MiddleEnd:
     - a new definition: in a file with ``DEFINITION`` lines at a line's start, such a line
       after the middle has written code ends it, before that line (the model finished the
       code at the cursor and invents the next function);
+    - a loop: a line written ``REPEATS`` times in a row ends the middle after its first
+      copy (a small model that writes one ``assert`` over and over to its token limit);
     - once the model has ended: lines it ended on that the suffix starts with (a closing
       ``};`` the suffix already has), or that the suffix ends with (the file's last lines,
       written again after skipping what came before them), are dropped, with the blank lines
@@ -188,9 +193,10 @@ class MiddleEnd:
     _tail: list[str] = field(default_factory=list)
     _fence_ends: bool = False
     _definitions_end: bool = False
+    _at_line_start: bool = True
 
     def __post_init__(self) -> None:
-        at_line_start = not self.prefix or self.prefix.endswith("\n")
+        at_line_start = self._at_line_start = not self.prefix or self.prefix.endswith("\n")
         self._anchor, self._lead = suffix_anchor(self.suffix, at_line_start)
         self._tail = suffix_tail(self.suffix)
         self._fence_ends = FENCE not in self.prefix and FENCE not in self.suffix
@@ -244,6 +250,8 @@ class MiddleEnd:
                 return self._cut(lines, i)
             if self._opens_definition(lines, i):
                 return self._cut(lines, i)
+            if whole and self._copies(lines, i) >= REPEATS:
+                return self._cut(lines, i - REPEATS + 2)
             if whole and self._rejoins(lines, i, final):
                 return self._cut(lines, i)
 
@@ -256,6 +264,18 @@ class MiddleEnd:
             return True
         may_be = len(line) < DEFINITION_CHARS and MAY_BE_DEFINITION.fullmatch(line)
         return begun and (not line or bool(may_be))
+
+    def _copies(self, lines: list[str], i: int) -> int:
+        """How many copies in a row of line ``i`` end there (0 for a blank line; the first
+        line counts when the cursor is at a line's start: it is then a whole line)."""
+        line = lines[i].rstrip()
+        if not line.strip():
+            return 0
+        first = 0 if self._at_line_start else 1
+        k = i
+        while k > first and lines[k - 1].rstrip() == line:
+            k -= 1
+        return i - k + 1 if k >= first else 0
 
     def _rejoins(self, lines: list[str], i: int, final: bool = False) -> bool:
         """Whole lines from ``i`` on repeat the anchor (blank lines between them aside)."""
@@ -290,6 +310,9 @@ class MiddleEnd:
             hold = last  # a fence may be opening
         if last >= 1 and self._opens_definition(lines, last, begun=True):
             hold = last  # a definition may be opening
+        run = self._copies(lines, last - 1) if last >= 1 else 0
+        if run and lines[last - 1].rstrip().startswith(lines[last].rstrip()):
+            hold = min(hold, last - run + 1)  # a loop's second copy and on may be cut
         if self._anchor:  # from the first line on which the rest may begin the anchor
             begins = (k for k in range(1, last + 1) if self._may_begin_anchor(lines[k:]))
             hold = min(hold, next(begins, last + 1))
