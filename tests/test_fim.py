@@ -547,6 +547,8 @@ def test_the_fim_bench_counts_the_middle_not_what_a_round_ran_past(engine: Engin
     assert got[fim.PLAIN].text == got[fim.SPEC].text, got
     assert got[fim.PLAIN].counts == got[fim.SPEC].counts == [got[fim.SPEC].tokens]
     assert fim.speedup(got[fim.PLAIN], got[fim.SPEC])[1] is False
+    # the loop's copies that showed it are plain decoding's work, which llama-server is asked for
+    assert got[fim.PLAIN].decoded > got[fim.PLAIN].tokens + 10
 
 
 def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -> None:

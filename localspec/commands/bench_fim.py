@@ -44,8 +44,9 @@ TYPED_LINE = (
 )
 
 NATIVE_PLAIN, NATIVE_SPEC = "llama-server plain", "llama-server ngram-simple"
-# llama-server asked for as many tokens as localspec's middle, where that one ended sooner:
-# what speculation itself gains, apart from where the middle ends
+# llama-server asked for as many tokens as localspec's plain decoding wrote to end the middle,
+# where that one ended sooner: the same decoding work, and so what speculation itself gains,
+# apart from where the middle ends
 AS_MANY = ", as many tokens"
 
 
@@ -64,6 +65,7 @@ class Timings:
 
     seconds: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)  # tokens of each timed answer
+    written: list[int] = field(default_factory=list)  # tokens generated to end it (see AS_MANY)
     tokens: int = 0
     text: str = ""
     step_s: float = 0.0  # one decoding step after the first token (the warm-up's)
@@ -71,6 +73,13 @@ class Timings:
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def decoded(self) -> int:
+        """The tokens generated to end the answer, those after the end a rule saw included
+        (the first lines of a loop's copies, of a definition, of a fence): the decoding work
+        of a plain answer, which llama-server is asked for (AS_MANY)."""
+        return round(statistics.median(self.written)) if self.written else self.tokens
 
     @property
     def length(self) -> float:
@@ -125,7 +134,7 @@ def run_fim(args: argparse.Namespace) -> int:
                         time_native(url, case, args.n_predict, args.repeat, got)
                         console.print(f"  {case.name:18} {config:26} {got.median:6.2f} s")
                         if ended_sooner(results[case.name]):
-                            n = round(results[case.name][SPEC].length)
+                            n = results[case.name][PLAIN].decoded
                             got = results[case.name][config + AS_MANY] = Timings()
                             time_native(url, case, n, args.repeat, got)
                             console.print(f"  {case.name:18} {n:3} tokens {got.median:13.2f} s")
@@ -172,6 +181,7 @@ def time_engine(engine, case: FimCase, mode: str, args, got, say) -> None:  # ty
                 continue
             got[config].seconds.append(seconds)
             got[config].counts.append(n_tokens)
+            got[config].written.append(stats.n_tokens)
     for config, _ in configs:
         say(f"  {case.name:18} {config:26} {got[config].median:6.2f} s")
 
@@ -361,7 +371,11 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
                 c.name: {
                     "kind": c.kind,
                     **{
-                        k: {"seconds": [round(s, 4) for s in t.seconds], "tokens": t.counts}
+                        k: {
+                            "seconds": [round(s, 4) for s in t.seconds],
+                            "tokens": t.counts,
+                            **({"written": t.written} if t.written else {}),
+                        }
                         for k, t in results[c.name].items()
                     },
                     "same_answer_as_native": same_answers(results[c.name]),
