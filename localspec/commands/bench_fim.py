@@ -430,9 +430,10 @@ def summary(cases, results, versus, alone) -> list[str]:  # type: ignore[no-unty
     sooner = [c.name for c in cases if ended_sooner(results[c.name])]
     if sooner:
         lines.append(
-            "localspec ended the middle sooner than llama-server (where it rejoins the suffix "
-            f"or leaves the code), the time to each one's whole completion compared (+), and "
-            f"in brackets llama-server asked for as many tokens: {', '.join(sooner)}"
+            "localspec ended the middle sooner than llama-server (where it rejoins the suffix, "
+            "leaves the code, begins a definition of its own or loops), the time to each one's "
+            "whole completion compared (+), and in brackets llama-server asked for the tokens "
+            f"plain decoding wrote: {', '.join(sooner)}"
         )
     differing = [c.name for c in cases if same_answers(results[c.name]) is False]
     if differing:
