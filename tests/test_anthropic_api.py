@@ -115,7 +115,8 @@ def test_a_stream_spells_the_whole_message(client: anthropic.Anthropic) -> None:
 
 
 def test_the_stream_s_events_in_order(base: str) -> None:
-    body = {"model": "local", "messages": ASK, "max_tokens": 8, "stream": True}
+    # greedy: a sampled answer to ASK can end within 8 tokens ("Red, blue, green.")
+    body = {"model": "local", "messages": ASK, "max_tokens": 8, "stream": True, "temperature": 0}
     with httpx.stream("POST", f"{base}/v1/messages", json=body, headers=KEY, timeout=120) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
