@@ -268,14 +268,14 @@ class MiddleEnd:
     def _copies(self, lines: list[str], i: int) -> int:
         """How many copies in a row of line ``i`` end there (0 for a blank line; the first
         line counts when the cursor is at a line's start: it is then a whole line)."""
-        line = lines[i].rstrip()
-        if not line.strip():
-            return 0
         first = 0 if self._at_line_start else 1
+        line = lines[i].rstrip()
+        if i < first or not line.strip():
+            return 0
         k = i
         while k > first and lines[k - 1].rstrip() == line:
             k -= 1
-        return i - k + 1 if k >= first else 0
+        return i - k + 1
 
     def _rejoins(self, lines: list[str], i: int, final: bool = False) -> bool:
         """Whole lines from ``i`` on repeat the anchor (blank lines between them aside)."""
