@@ -641,3 +641,44 @@ def test_a_drafter_that_cannot_check_once_paused_drafts_on_while_drafting_pays()
         drafted.append(sum(k > 0 for k in lengths))
     started = [n for n in drafted if n > 0]
     assert sum(n > 250 for n in started) >= 3, drafted  # with a 5% margin: 1 of 4
+
+
+def one_token_copy(beyond: bool) -> list[int]:
+    """A lookup whose second token kept failing (k settles at 1 on a compute-bound CPU),
+    then a copy: every draft kept whole. Returns the lengths drafted once the copy starts;
+    ``beyond``: the loop scores the drafter's token after each draft kept whole."""
+    ctl = controller(48, CPU)
+    ctl.observe_shadow(ShadowCheck(0.0, 0.0, n_guessed=8))
+    lengths = []
+    for r in range(40):
+        copying = r >= 16
+        k = ctl.fit(Draft([5] * 48, match=6)) if not ctl.paused else 0
+        if k == 0:
+            ctl.observe(0, 0, 0.0, STEP)
+            if n := ctl.shadow_length():
+                ctl.observe_shadow(ShadowCheck(1.0, 0.0, 0, True, n, 6))
+            continue
+        kept = k if copying else min(k, 1)
+        after = float(copying) if beyond and kept == k else None
+        ctl.observe(k, kept, 0.0, float(CPU(np.array([k + 1]))[0]), None, after)
+        if copying:
+            lengths.append(k)
+    return lengths
+
+
+def test_the_token_after_a_draft_kept_whole_is_evidence_about_the_next_position() -> None:
+    """Drafting one token a round, position 2 is never reached: without the bonus row's
+    word on the drafter's next token its estimate stays where the failures left it, and a
+    copy kept whole round after round drafts one token at a time for a dozen rounds."""
+    without, scored = one_token_copy(beyond=False), one_token_copy(beyond=True)
+    assert without[:12] == [1] * 12
+    assert max(scored[:10]) > 4
+    assert sum(scored) > sum(without)
+
+
+def test_the_position_after_a_draft_is_scored_only_when_the_draft_was_kept_whole() -> None:
+    estimate = adaptive.AcceptanceEstimate(8, 0.8)
+    estimate.record_round(2, 2, beyond=1.0)
+    assert list(estimate.tried[:4]) == [1, 1, 1, 0] and estimate.accepted[2] == 1.0
+    estimate.record_round(2, 1, beyond=1.0)  # rejected at its second token: nothing beyond
+    assert estimate.tried[2] == pytest.approx(0.9)

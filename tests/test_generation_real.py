@@ -143,6 +143,7 @@ class CheckingControl:
         draft_s: float,
         verify_s: float,
         odds: Sequence[float] | None = None,
+        beyond: float | None = None,
     ) -> None:
         assert n_drafted == 0
 
@@ -194,6 +195,62 @@ def test_shadow_rounds_follow_a_lookup_guess_while_the_target_agrees(
             if temperature == 0.0:
                 assert acceptance == float(agreed)
     assert rounds > 3 and deeper
+
+
+class OneTokenControl(CheckingControl):
+    """Asks a lookup for whole drafts and verifies one token of each, recording what the
+    loop says of the token after it."""
+
+    paused = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[tuple[int, int, float | None]] = []
+
+    def proposal_length(self) -> int:
+        return 8
+
+    def fit(self, draft: Draft) -> int:
+        return 1
+
+    def observe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        odds: Sequence[float] | None = None,
+        beyond: float | None = None,
+    ) -> None:
+        if n_drafted:
+            self.rounds.append((n_drafted, n_accepted, beyond))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_the_token_after_a_draft_kept_whole_is_scored_by_the_bonus_row(
+    qwen: Engine, temperature: float
+) -> None:
+    # A lookup drafts 8 tokens of the prompt's code, one is verified: when it is kept, the
+    # row that chose the bonus token says whether the drafter's second token would have been
+    # kept too (greedy: it is the bonus token); a rejected draft says nothing beyond.
+    prompt = qwen.tokenize_prompt(CODE_EDIT, chat=True, system=None)
+    control, lookup = OneTokenControl(), RecordingLookup()
+    sampling = SamplingParams(temperature=temperature, seed=3)
+    loop = SpeculativeLoop(qwen.target, prompt, lookup, sampling, SpecConfig(), 64, control=control)
+    context = list(prompt)
+    scored = 0
+    for event in loop.rounds():
+        if event.from_draft and event.from_draft[0]:
+            _, _, beyond = control.rounds[-1]
+            guess = lookup.guesses[len(context)]  # what the round was drafted from
+            if len(guess) > 1 and len(event.tokens) > 1:
+                assert beyond is not None and 0.0 <= beyond <= 1.0
+                if temperature == 0.0:
+                    assert beyond == float(event.tokens[1] == guess[1])
+                scored += 1
+        context.extend(event.tokens)
+    assert scored > 3
+    assert all(beyond is None for n, kept, beyond in control.rounds if kept < n)
 
 
 class StallingClock:

@@ -122,3 +122,32 @@ def test_llama_cpps_exact_lookup_resumes_no_copy() -> None:
     drafter = NgramDrafter(NgramParams(size_n=4, size_m=8, min_n=4))
     assert drafter.propose(prompt, 8).tokens[:2] == [14, 15]
     assert drafter.propose([*prompt, 50, 51, 16], 8).tokens == []
+
+
+def test_a_short_key_whose_places_agree_long_drafts_as_a_strong_match() -> None:
+    """The same line written twice already: a short key found at both places, followed by
+    the same 14 tokens there, drafts those 14 as a strong (copied) match; a key whose places
+    part after a few tokens stays a weak one, capped as short keys are."""
+    line = list(range(100, 114))
+    context = [1, 2, 3, 4, *line, 60, 61, 1, 2, 3, 4, *line, 70, 71, 72, 1, 2, 3, 4]
+    drafter = NgramDrafter(NgramParams(size_n=12, size_m=48, min_n=4))
+    draft = drafter.propose(context, 48)
+    assert draft.tokens == line
+    assert draft.match == 12
+
+    parted = [1, 2, 3, 4, *line, 60, 61, 1, 2, 3, 4, *line[:5], 70, 71, 72, 1, 2, 3, 4]
+    weak = drafter.propose(parted, 48)
+    assert weak.match == 4
+    assert weak.tokens == line[:5]  # what both places say, where they part
+
+
+def test_a_draft_stops_where_the_keys_places_part() -> None:
+    """A full key found at two places that go on differently after three tokens: the draft
+    is those three, the places' common word; with one place, or places that agree to the
+    end of what is known, it is the whole continuation."""
+    key = list(range(200, 212))
+    context = [*key, 1, 2, 3, 40, 41, 42, 43, 9, *key, 1, 2, 3, 50, 51, 52, 53, 9, *key]
+    drafter = NgramDrafter(NgramParams(size_n=12, size_m=8, min_n=4))
+    assert drafter.propose(context, 8).tokens == [1, 2, 3]
+    alone = [*key, 1, 2, 3, 50, 51, 52, 53, 9, *key]
+    assert drafter.propose(alone, 8).tokens == [1, 2, 3, 50, 51, 52, 53, 9]

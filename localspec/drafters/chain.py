@@ -208,10 +208,11 @@ class ChainController:
         draft_s: float,
         verify_s: float,
         odds: Sequence[float] | None = None,
+        beyond: float | None = None,
     ) -> None:
         source = self.chain.last_source
         if n_drafted and source is not None:
-            self.parts[source].observe(n_drafted, n_accepted, draft_s, verify_s, odds)
+            self.parts[source].observe(n_drafted, n_accepted, draft_s, verify_s, odds, beyond)
             return
         for part in self.parts:  # a plain round for each (a paused one counts it too)
             part.observe(0, 0, draft_s, verify_s)

@@ -22,6 +22,18 @@ the output's last token in the few source tokens after the point of departure. A
 there says ``match=1`` (one token of evidence, judged by the controller's odds per key
 length like any weak match). ``min_n = size_n`` turns it off with the shorter keys.
 
+A key found at several earlier places is drafted by what they agree on. A short key whose
+places agree on a long continuation is copied text too: the same line written twice already
+(the `return` of two reducer cases, the body of two handlers) is written a third time. Where
+two of the key's places are followed by the same AGREED_STRONG tokens or more, the draft is
+what they agree on and says it matched a strong key (the controller verifies it at once, as
+a twelve-token match); a phrase of prose that recurs by chance is followed by two different
+texts, and stays a weak match. And where every other place parts from the one drafted from
+(the second reducer case ends where the first went on to the next), the draft stops there:
+past it, it is one place's word against another's, and a long draft verified on a strong key
+would be rejected whole half the time; the target's next token says which place goes on,
+and the next round's key, holding it, matches that one alone.
+
 A re-alignment also says what was renamed: the source tokens the output skipped and what it
 wrote in their place (``customers`` where it now writes ``orders``). The sibling uses the new
 name again further on, where every copy would break anew; so, for the rest of the answer,
@@ -48,6 +60,12 @@ REALIGN_WINDOW = 16
 REALIGN_AFTER = 8
 REALIGN_DRAFT = 8
 RENAME_TOKENS = 6  # the longest span, old or new, a learnt rename replaces
+# Tokens two earlier places of a short key must agree on for its draft to count as a strong
+# match, and the match length it then says (``adaptive.STRONG_MATCH``); at most this many of
+# the key's most recent places are compared with the one drafted from.
+AGREED_STRONG = 12
+STRONG_KEY = 12
+AGREEING_PLACES = 8
 
 
 @dataclass(frozen=True)
@@ -120,8 +138,14 @@ class NgramDrafter:
         for n in self._key_lengths():
             want = size_m if n >= self.params.size_n else min(size_m, SHORT_KEY_FACTOR * n)
             start = find_last_match(history, n, self.params.min_hits, want, occurrences)
-            if start is not None:
-                return self._copied(history, start + n, want, n)
+            if start is None:
+                continue
+            agreed, parted = agreement(history, occurrences, n, start, size_m)
+            if n < self.params.size_n and agreed >= AGREED_STRONG:
+                return self._copied(history, start + n, agreed, max(n, STRONG_KEY))
+            if parted and agreed:  # past it, the draft is one place's word against another's
+                want = min(want, agreed)
+            return self._copied(history, start + n, want, n)
         exact = self.params.min_n >= self.params.size_n  # llama.cpp's own behaviour
         found = None if exact else realigned(history, self._copy)
         if found is None:
@@ -246,6 +270,31 @@ def tail_occurrences(history: np.ndarray, max_n: int) -> tuple[np.ndarray, np.nd
             break
         lengths[alive] += 1
     return ends, lengths
+
+
+def agreement(
+    history: np.ndarray,
+    occurrences: tuple[np.ndarray, np.ndarray],
+    n: int,
+    start: int,
+    most: int,
+) -> tuple[int, bool]:
+    """How the key's other earlier places (the AGREEING_PLACES most recent) continue, against
+    the ``n``-token key at ``start``: the most tokens one of them is followed by too (at
+    most ``most``), and whether every one of them parts from it (the text after them
+    differs before the draft, or the history, ends)."""
+    ends, lengths = occurrences
+    others = ends[lengths >= n] - (n - 1)
+    others = others[others != start][-AGREEING_PLACES:]
+    ours = history[start + n : start + n + most]
+    agreed, parted = 0, bool(others.size)
+    for other in others.tolist():
+        theirs = history[other + n : other + n + ours.size]
+        differ = np.flatnonzero(theirs != ours[: theirs.size])
+        same = int(differ[0]) if differ.size else theirs.size
+        agreed = max(agreed, same)
+        parted = parted and bool(differ.size)
+    return agreed, parted
 
 
 def find_last_match(

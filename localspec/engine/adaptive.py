@@ -151,12 +151,14 @@ class AcceptanceEstimate:
         n_accepted: int,
         depth: int = 0,
         odds: Sequence[float] | None = None,
+        beyond: float | None = None,
     ) -> None:
         """A verified draft: position i is only "tried" when every earlier one was kept.
         ``depth``: the draft continued a guess that deep (a resume mid-shadow-round), so its
         first token is position ``depth`` of the guessed continuation. ``odds``: the chance
         each position reached had of being accepted (sampling), counted instead of whether
-        it was: the same expectation without the draws' noise."""
+        it was: the same expectation without the draws' noise. ``beyond``: the draft was
+        kept whole and the position after it scored (``SpeculativeLoop._beyond``)."""
         self.decay()
         reached = min(n_accepted + 1, n_drafted)
         self.tried[depth : depth + reached] += 1
@@ -164,6 +166,8 @@ class AcceptanceEstimate:
             self.accepted[depth : depth + reached] += odds
         else:
             self.accepted[depth : depth + n_accepted] += 1
+        if beyond is not None and n_accepted == n_drafted and depth + n_drafted < self.tried.size:
+            self.record_position(depth + n_drafted, beyond)
 
     def record_position(self, position: int, acceptance: float) -> None:
         self.tried[position] += 1
@@ -320,6 +324,7 @@ class FixedLengthController:
         draft_s: float,
         verify_s: float,
         odds: Sequence[float] | None = None,
+        beyond: float | None = None,
     ) -> None:
         """A fixed length decides nothing from what it sees."""
 
@@ -546,9 +551,11 @@ class AdaptiveController:
         draft_s: float,
         verify_s: float,
         odds: Sequence[float] | None = None,
+        beyond: float | None = None,
     ) -> None:
         """Record one verified (or plain) round and choose the draft length for the next
-        (``odds``: see ``AcceptanceEstimate.record_round``)."""
+        (``odds``: see ``AcceptanceEstimate.record_round``; ``beyond``: a draft kept whole,
+        the chance the drafter's next token would have been accepted too)."""
         self._since_shadow += 1
         self.cost.observe(n_drafted + 1, verify_s)
         if not n_drafted:
@@ -559,16 +566,16 @@ class AdaptiveController:
         step = float(self.cost(np.array([1]))[0])
         self._ledger.saved((n_accepted + 1) * step - draft_s - verify_s)
         if self._probe_round:
-            self._observe_probe(n_drafted, n_accepted, odds)
+            self._observe_probe(n_drafted, n_accepted, odds, beyond)
             return
         if self._strong_round:  # judged on its own evidence: the pause state stands
-            self._strong.record_round(n_drafted, n_accepted, odds=odds)
+            self._strong.record_round(n_drafted, n_accepted, odds=odds, beyond=beyond)
             # as verified drafts grow (see below): deep positions borrow their estimates,
             # and a chat that re-quotes its history breaks off a dozen tokens into a match
             self._strong_cap = max(2 * (n_accepted + 1), self._resume)
             return
         depth, self._resume_depth = self._resume_depth, 0
-        self._estimate.record_round(n_drafted, n_accepted, depth, odds)
+        self._estimate.record_round(n_drafted, n_accepted, depth, odds, beyond)
         if depth == 0:
             self._key_odds.record(self._round_key, odds[0] if odds else float(n_accepted > 0))
         best = self._best_length(self._pause_margin())
@@ -593,12 +600,18 @@ class AdaptiveController:
                 grown = n_accepted + 1 + self._resume
             self.draft_length = min(best, max(self.draft_length, grown))
 
-    def _observe_probe(self, n_drafted: int, n_accepted: int, odds: Sequence[float] | None) -> None:
+    def _observe_probe(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        odds: Sequence[float] | None,
+        beyond: float | None,
+    ) -> None:
         """An opening's verified one-token draft: evidence as a check's, and speculation
         resumes on it as on a check (``observe_shadow``)."""
         self._probe_round = False
         self._probes += 1
-        self._estimate.record_round(n_drafted, n_accepted, 0, odds)
+        self._estimate.record_round(n_drafted, n_accepted, 0, odds, beyond)
         # right as a check is right: kept, or (sampling) with a chance of STREAK_HIT
         hit = (odds[0] if odds else float(n_accepted == n_drafted)) >= STREAK_HIT
         self._streak = self._streak + 1 if hit else 0

@@ -34,13 +34,22 @@ class Draft:
     # how many tokens of the context a lookup matched before the draft (0: not a lookup's):
     # the evidence a draft carries before any of it is verified
     match: int = 0
+    # the drafter's token after a cut draft, and its probability row: not verified, but the
+    # target's token after a draft kept whole scores it for free (``SpeculativeLoop.finish``)
+    after: int | None = None
+    after_probs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def truncated(self, n: int) -> Draft:
+        if n >= len(self.tokens):
+            return self
         probs = self.probs[:n] if self.probs is not None else None
-        return replace(self, tokens=self.tokens[:n], probs=probs)
+        after_probs = self.probs[n] if self.probs is not None else None
+        return replace(
+            self, tokens=self.tokens[:n], probs=probs, after=self.tokens[n], after_probs=after_probs
+        )
 
 
 class Drafter(Protocol):

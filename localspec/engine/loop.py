@@ -30,6 +30,7 @@ from localspec.engine.verify import (
     TokenDraws,
     accept_greedy,
     accept_sampling,
+    acceptance_odds,
     draw_margin,
     probabilities,
     sample_row,
@@ -105,6 +106,7 @@ class DraftControl(Protocol):
         draft_s: float,
         verify_s: float,
         odds: Sequence[float] | None = None,
+        beyond: float | None = None,
     ) -> None: ...
     def verification_odds(self, draft: Draft) -> np.ndarray | None: ...
     def paid_draft(self) -> tuple[np.ndarray, float] | None: ...
@@ -450,7 +452,8 @@ class SpeculativeLoop:
         if draft.tokens:
             draft = draft.truncated(min(k, self.control.fit(draft)))
         if self.grammar is not None and draft.tokens:
-            draft = draft.truncated(self.grammar.valid_prefix(draft.tokens))
+            # a token the grammar would cut is never verified: it scores nothing either
+            draft = replace(draft.truncated(self.grammar.valid_prefix(draft.tokens)), after=None)
         if len(draft) < self.spec.n_min:
             draft = Draft()
         if self.shadows is None:
@@ -480,6 +483,21 @@ class SpeculativeLoop:
             draft.tokens, draft.probs, rows, self.sampling, self.draws, position, odds
         )
         return n_acc, chosen, None, odds
+
+    def _beyond(
+        self, draft: Draft, n_acc: int, chosen: int, rows: Sequence[np.ndarray]
+    ) -> float | None:
+        """A draft kept whole whose drafter had guessed further: the chance its next guess
+        would have been accepted, read from the row that chose the bonus token (greedy:
+        whether it is that token). It tells the controller about the position after the
+        draft's last, which a draft cut short would otherwise never reach: at one token a
+        round, a copy kept whole round after round would not grow."""
+        if draft.after is None or not draft.tokens or n_acc < len(draft):
+            return None
+        if self.sampling.greedy:
+            return float(chosen == draft.after)
+        p = probabilities(rows[n_acc], self.sampling)
+        return acceptance_odds(p, draft.after_probs, draft.after)
 
     def finish(
         self,
@@ -514,7 +532,8 @@ class SpeculativeLoop:
             if not draft.tokens:
                 self.control.note_draft_time(plan.made, draft_s)
             draft_s *= len(draft) / plan.made
-        self.control.observe(len(draft), n_acc, draft_s, verify_s, odds)
+        beyond = self._beyond(draft, n_acc, chosen, rows)
+        self.control.observe(len(draft), n_acc, draft_s, verify_s, odds, beyond)
         if shadow is not None and self.shadows is not None:
             self.shadows.score(shadow, p_plain, chosen, draft_s)
         self.recorder.draft_s += plan.draft_s
