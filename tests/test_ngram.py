@@ -151,3 +151,5 @@ def test_a_draft_stops_where_the_keys_places_part() -> None:
     assert drafter.propose(context, 8).tokens == [1, 2, 3]
     alone = [*key, 1, 2, 3, 50, 51, 52, 53, 9, *key]
     assert drafter.propose(alone, 8).tokens == [1, 2, 3, 50, 51, 52, 53, 9]
+    exact = NgramDrafter(NgramParams(size_n=12, size_m=8, min_n=12))  # llama.cpp's lookup
+    assert exact.propose(context, 8).tokens == [1, 2, 3, 50, 51, 52, 53, 9]

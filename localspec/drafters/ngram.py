@@ -32,7 +32,7 @@ texts, and stays a weak match. And where every other place parts from the one dr
 (the second reducer case ends where the first went on to the next), the draft stops there:
 past it, it is one place's word against another's, and a long draft verified on a strong key
 would be rejected whole half the time; the target's next token says which place goes on,
-and the next round's key, holding it, matches that one alone.
+and the next round's key, holding it, matches that one alone. Off with ``min_n = size_n`` too.
 
 A re-alignment also says what was renamed: the source tokens the output skipped and what it
 wrote in their place (``customers`` where it now writes ``orders``). The sibling uses the new
@@ -135,18 +135,20 @@ class NgramDrafter:
         # one backward scan serves every key length (the drafter runs on every plain step
         # while speculation is paused, for shadow checks: it must cost microseconds)
         occurrences = tail_occurrences(history, self.params.size_n)
+        exact = self.params.min_n >= self.params.size_n  # llama.cpp's own behaviour
         for n in self._key_lengths():
             want = size_m if n >= self.params.size_n else min(size_m, SHORT_KEY_FACTOR * n)
             start = find_last_match(history, n, self.params.min_hits, want, occurrences)
             if start is None:
                 continue
+            if exact:
+                return self._copied(history, start + n, want, n)
             agreed, parted = agreement(history, occurrences, n, start, size_m)
             if n < self.params.size_n and agreed >= AGREED_STRONG:
                 return self._copied(history, start + n, agreed, max(n, STRONG_KEY))
             if parted and agreed:  # past it, the draft is one place's word against another's
                 want = min(want, agreed)
             return self._copied(history, start + n, want, n)
-        exact = self.params.min_n >= self.params.size_n  # llama.cpp's own behaviour
         found = None if exact else realigned(history, self._copy)
         if found is None:
             return Draft()
