@@ -542,13 +542,88 @@ def test_the_fim_bench_counts_the_middle_not_what_a_round_ran_past(engine: Engin
 
     prompt = FimPrompt(INITIALS_PREFIX, INITIALS_SUFFIX, (ExtraFile(INITIALS, "names.py"),))
     case = fim.FimCase("loop", "copying", "python", prompt)
-    got = {fim.PLAIN: fim.Timings(), fim.SPEC: fim.Timings()}
-    fim.time_engine(engine, case, "ngram-simple", Namespace(n_predict=96, repeat=1), got, print)
+    got = fim.time_case(engine, {}, case, "ngram-simple", Namespace(n_predict=96, repeat=1))
+    assert set(got) == {fim.PLAIN, fim.SPEC}
     assert got[fim.PLAIN].text == got[fim.SPEC].text, got
     assert got[fim.PLAIN].counts == got[fim.SPEC].counts == [got[fim.SPEC].tokens]
     assert fim.speedup(got[fim.PLAIN], got[fim.SPEC])[1] is False
     # the loop's copies that showed it are plain decoding's work, which llama-server is asked for
     assert got[fim.PLAIN].decoded > got[fim.PLAIN].tokens + 10
+
+
+INFILL_STAND_IN = """\
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+args = sys.argv[1:]
+name = args[args.index("--spec-type") + 1] if "--spec-type" in args else "none"
+log = sys.argv[0] + ".log"
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with open(log, "a") as f:
+            f.write(f"server {name} {body['n_predict']}\\n")
+        reply = json.dumps({"content": "x", "tokens_predicted": body["n_predict"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *a):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Handler).serve_forever()
+"""
+
+
+def test_the_fim_bench_times_every_configuration_in_turn(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """localspec's configurations and llama-server's are timed one after the other in every
+    repeat, not one configuration's repeats after another's: a machine whose speed drifts
+    during the bench moves them all alike. A middle that ended sooner also asks llama-server
+    for as many tokens as plain decoding wrote, in the same turns."""
+    from argparse import Namespace
+
+    from localspec import native_server as ns
+    from localspec.commands import bench_fim as fim
+    from tests.test_bench_concurrency import stand_in_settings
+
+    settings = stand_in_settings(tmp_path, INFILL_STAND_IN)
+    log = tmp_path / (ns.SERVER + ".log")
+
+    def engine_answer(engine, prompt, n_predict, mode):  # type: ignore[no-untyped-def]
+        with log.open("a") as f:
+            f.write(f"localspec {mode} {n_predict}\n")
+        return fim.Answer(0.01, "x", 5, 7, 0.001)
+
+    monkeypatch.setattr(fim, "engine_answer", engine_answer)
+    monkeypatch.setattr(fim, "SETTLE_S", 0.0)
+    case = fim.fim_cases()[0]
+    with (
+        ns.running_server(settings, 1, "none") as plain,
+        ns.running_server(settings, 1, "ngram-simple") as spec,
+    ):
+        urls = {fim.NATIVE_PLAIN: plain, fim.NATIVE_SPEC: spec}
+        got = fim.time_case(None, urls, case, "ngram-simple", Namespace(n_predict=128, repeat=3))
+    turn = [
+        "localspec none 128",
+        "localspec ngram-simple 128",
+        "server none 128",
+        "server ngram-simple 128",
+        "server none 7",  # as many tokens as plain decoding wrote (the middle ended sooner)
+        "server ngram-simple 7",
+    ]
+    lines = log.read_text().splitlines()
+    assert lines[:4] == turn[:4]  # the warm-ups
+    assert lines[4:6] == turn[4:]  # the as-many warm-ups, once it is known the middle ended sooner
+    assert lines[6:] == turn * 3
+    assert all(len(timings.seconds) == 3 for timings in got.values())
+    assert got[fim.NATIVE_PLAIN + fim.AS_MANY].length == 7
 
 
 def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -> None:

@@ -1,6 +1,13 @@
 import numpy as np
 
-from localspec.drafters.ngram import NgramDrafter, NgramParams, find_last_match
+from localspec.drafters.ngram import (
+    AGREEING_PLACES,
+    NgramDrafter,
+    NgramParams,
+    agreement,
+    find_last_match,
+    tail_occurrences,
+)
 
 
 def test_last_match_is_the_most_recent_earlier_occurrence() -> None:
@@ -153,3 +160,36 @@ def test_a_draft_stops_where_the_keys_places_part() -> None:
     assert drafter.propose(alone, 8).tokens == [1, 2, 3, 50, 51, 52, 53, 9]
     exact = NgramDrafter(NgramParams(size_n=12, size_m=8, min_n=12))  # llama.cpp's lookup
     assert exact.propose(context, 8).tokens == [1, 2, 3, 50, 51, 52, 53, 9]
+
+
+def brute_force_agreement(history: np.ndarray, n: int, start: int, most: int) -> tuple[int, bool]:
+    """agreement's definition, as a plain scan of every earlier place of the key."""
+    key = history[history.size - n :]
+    places = [s for s in range(history.size - n) if (history[s : s + n] == key).all()]
+    others = [s for s in places if s != start][-AGREEING_PLACES:]
+    ours = history[start + n : start + n + most]
+    agreed, parted = 0, bool(others)
+    for other in others:
+        same = 0
+        while same < ours.size and other + n + same < history.size:
+            if history[other + n + same] != ours[same]:
+                break
+            same += 1
+        else:
+            parted = False
+        agreed = max(agreed, same)
+    return agreed, parted
+
+
+def test_agreement_is_what_a_plain_scan_of_the_places_finds() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        history = rng.integers(0, 3, size=int(rng.integers(2, 40))).astype(np.int32)
+        n, most = int(rng.integers(1, 5)), int(rng.integers(1, 12))
+        start = find_last_match(history, n, want=most)
+        if start is None:
+            continue
+        occurrences = tail_occurrences(history, 6)
+        assert agreement(history, occurrences, n, start, most) == brute_force_agreement(
+            history, n, start, most
+        )

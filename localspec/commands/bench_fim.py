@@ -4,8 +4,10 @@ with speculation, and with ``--native DIR`` llama-server's ``/infill`` on the sa
 
 The cursor of every case sits on an empty line, so llama-server's prompt and localspec's are
 the same tokens (``engine.fim``) and greedy answers can be compared. Each case is asked once
-to warm the cache (an editor asks again as you type), then ``--repeat`` times, localspec's
-two configurations alternating; llama-server runs after, one server per configuration."""
+to warm the cache (an editor asks again as you type), then ``--repeat`` times, every
+configuration in turn: localspec plain and speculative, and llama-server plain and with
+ngram-simple (two servers started beside the engine for the whole bench), so that a drift of
+the machine's speed during the bench moves every configuration alike."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -48,6 +51,9 @@ NATIVE_PLAIN, NATIVE_SPEC = "llama-server plain", "llama-server ngram-simple"
 # where that one ended sooner: the same decoding work, and so what speculation itself gains,
 # apart from where the middle ends
 AS_MANY = ", as many tokens"
+# a pause before each timed request: what the last one left running (a server's worker
+# threads spinning down, its slot's bookkeeping) does not land in the next one's time
+SETTLE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,19 @@ class FimCase:
     kind: str  # "copying" or "ordinary"
     language: str
     prompt: FimPrompt
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One completion: its time, text, tokens, the tokens generated to end it (a round of
+    drafts kept whole may run past where a rule cuts the middle, and the same middle must
+    count the same) and (localspec's) one decoding step after the first token."""
+
+    seconds: float
+    text: str
+    tokens: int
+    written: int
+    step_s: float = 0.0
 
 
 @dataclass
@@ -68,7 +87,17 @@ class Timings:
     written: list[int] = field(default_factory=list)  # tokens generated to end it (see AS_MANY)
     tokens: int = 0
     text: str = ""
+    written_first: int = 0  # the warm-up's tokens generated (see ``decoded``)
     step_s: float = 0.0  # one decoding step after the first token (the warm-up's)
+
+    def warmed(self, answer: Answer) -> None:
+        self.text, self.tokens = answer.text, answer.tokens
+        self.written_first, self.step_s = answer.written, answer.step_s
+
+    def timed(self, answer: Answer) -> None:
+        self.seconds.append(answer.seconds)
+        self.counts.append(answer.tokens)
+        self.written.append(answer.written)
 
     @property
     def median(self) -> float:
@@ -79,7 +108,9 @@ class Timings:
         """The tokens generated to end the answer, those after the end a rule saw included
         (the first lines of a loop's copies, of a definition, of a fence): the decoding work
         of a plain answer, which llama-server is asked for (AS_MANY)."""
-        return round(statistics.median(self.written)) if self.written else self.tokens
+        if self.written:
+            return round(statistics.median(self.written))
+        return self.written_first or self.tokens
 
     @property
     def length(self) -> float:
@@ -118,26 +149,20 @@ def run_fim(args: argparse.Namespace) -> int:
     console.print(machine.describe())
     if args.native is not None:
         ns.check_server(Path(args.native))
-    results: dict[str, dict[str, Timings]] = {c.name: {} for c in cases}
-    with Engine.load(**{**engine_options(args), "parallel": 1}) as engine:
-        for case in cases:
-            results[case.name] = {PLAIN: Timings(), SPEC: Timings()}
-            time_engine(engine, case, mode, args, results[case.name], console.print)
-        typing = keystrokes(engine, cases[0], mode, results[cases[0].name][PLAIN])
-        console.print(f"  keystrokes: first token {typing.describe()}")
+    results: dict[str, dict[str, Timings]] = {}
+    with Engine.load(**{**engine_options(args), "parallel": 1}) as engine, ExitStack() as stack:
+        urls: dict[str, str] = {}
         if args.native is not None:
             server = native_settings(args, engine)
             for config, native_mode in ((NATIVE_PLAIN, "none"), (NATIVE_SPEC, mode)):
-                with ns.running_server(server, 1, native_mode) as url:
-                    for case in cases:
-                        got = results[case.name][config] = Timings()
-                        time_native(url, case, args.n_predict, args.repeat, got)
-                        console.print(f"  {case.name:18} {config:26} {got.median:6.2f} s")
-                        if ended_sooner(results[case.name]):
-                            n = results[case.name][PLAIN].decoded
-                            got = results[case.name][config + AS_MANY] = Timings()
-                            time_native(url, case, n, args.repeat, got)
-                            console.print(f"  {case.name:18} {n:3} tokens {got.median:13.2f} s")
+                urls[config] = stack.enter_context(ns.running_server(server, 1, native_mode))
+        for case in cases:
+            results[case.name] = got = time_case(engine, urls, case, mode, args)
+            for config, timings in got.items():
+                tokens = f"{timings.length:g} tokens"
+                console.print(f"  {case.name:18} {config:40} {tokens:>11} {timings.median:6.2f} s")
+        typing = keystrokes(engine, cases[0], mode, results[cases[0].name][PLAIN])
+        console.print(f"  keystrokes: first token {typing.describe()}")
         model = engine.target_path.name
     header = (
         f"localspec bench --fim: {model}, {mode}, up to {args.n_predict} tokens, T=0, "
@@ -164,26 +189,53 @@ def check_args(args: argparse.Namespace, canonical: Callable[[str], str]) -> str
     return modes[0]
 
 
-def time_engine(engine, case: FimCase, mode: str, args, got, say) -> None:  # type: ignore[no-untyped-def]
-    """localspec plain and speculative on one case: a warm-up each, then alternating."""
-    configs = ((PLAIN, "none"), (SPEC, mode))
-    for repeat in range(args.repeat + 1):
-        for config, cell_mode in configs:
-            t0 = time.perf_counter()
-            text, stats = complete(engine, case.prompt, args.n_predict, cell_mode)
-            seconds = time.perf_counter() - t0
-            # the answer's tokens: a round of drafts kept whole may run past where a rule
-            # cuts the middle, and the same middle must count the same
-            n_tokens = len(engine.target.tokenize(text, add_special=False, parse_special=False))
-            if repeat == 0:  # the warm-up: the answer, not the time
-                got[config].text, got[config].tokens = text, n_tokens
-                got[config].step_s = stats.gen_ms / 1000 / max(1, stats.n_tokens - 1)
-                continue
-            got[config].seconds.append(seconds)
-            got[config].counts.append(n_tokens)
-            got[config].written.append(stats.n_tokens)
-    for config, _ in configs:
-        say(f"  {case.name:18} {config:26} {got[config].median:6.2f} s")
+def time_case(engine, urls: dict[str, str], case: FimCase, mode: str, args) -> dict[str, Timings]:  # type: ignore[no-untyped-def]
+    """Every configuration on one case, localspec's and (``urls``) llama-server's: a warm-up
+    each, then ``--repeat`` rounds in which each is timed once, in turn, so that a machine
+    whose speed drifts during the bench moves them all alike. Where localspec's middle ended
+    sooner, llama-server is also asked for as many tokens as plain decoding wrote (AS_MANY)."""
+    runs: dict[str, Callable[[], Answer]] = {
+        PLAIN: lambda: engine_answer(engine, case.prompt, args.n_predict, "none"),
+        SPEC: lambda: engine_answer(engine, case.prompt, args.n_predict, mode),
+    }
+    for config, url in urls.items():
+        runs[config] = native_answer(url, case.prompt, args.n_predict)
+    got = {config: Timings() for config in runs}
+    for config, run in runs.items():  # the warm-ups: the answers, not the times
+        got[config].warmed(run())
+    if urls and ended_sooner(got):
+        for config, url in urls.items():
+            runs[config + AS_MANY] = native_answer(url, case.prompt, got[PLAIN].decoded)
+            got[config + AS_MANY] = Timings()
+            got[config + AS_MANY].warmed(runs[config + AS_MANY]())
+    for _ in range(args.repeat):
+        for config, run in runs.items():
+            time.sleep(SETTLE_S)
+            got[config].timed(run())
+    return got
+
+
+def engine_answer(engine, prompt: FimPrompt, n_predict: int, mode: str) -> Answer:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    text, stats = complete(engine, prompt, n_predict, mode)
+    seconds = time.perf_counter() - t0
+    tokens = len(engine.target.tokenize(text, add_special=False, parse_special=False))
+    step_s = stats.gen_ms / 1000 / max(1, stats.n_tokens - 1)
+    return Answer(seconds, text, tokens, stats.n_tokens, step_s)
+
+
+def native_answer(url: str, prompt: FimPrompt, n_predict: int) -> Callable[[], Answer]:
+    """One llama-server ``/infill`` request, as ``engine_answer`` reports it."""
+    body = infill_body(prompt, n_predict)
+
+    def answer() -> Answer:
+        t0 = time.perf_counter()
+        reply = post_json(f"{url}/infill", body)
+        seconds = time.perf_counter() - t0
+        tokens = int(reply.get("tokens_predicted", 0))
+        return Answer(seconds, str(reply.get("content", "")), tokens, tokens)
+
+    return answer
 
 
 def complete(engine, prompt: FimPrompt, n_predict: int, mode: str):  # type: ignore[no-untyped-def]
@@ -248,19 +300,6 @@ def keystrokes(engine, case: FimCase, mode: str, plain: Timings) -> Keystrokes: 
             times.append(time.perf_counter() - t0)
             read.append(result.stats.n_prompt - result.stats.n_cached)
     return Keystrokes(times, plain.step_s, read)
-
-
-def time_native(url: str, case: FimCase, n_predict: int, repeat_n: int, got: Timings) -> None:
-    body = infill_body(case.prompt, n_predict)
-    for repeat in range(repeat_n + 1):
-        t0 = time.perf_counter()
-        reply = post_json(f"{url}/infill", body)
-        seconds = time.perf_counter() - t0
-        if repeat == 0:
-            got.text, got.tokens = reply.get("content", ""), int(reply.get("tokens_predicted", 0))
-        else:
-            got.seconds.append(seconds)
-            got.counts.append(int(reply.get("tokens_predicted", 0)))
 
 
 def infill_body(prompt: FimPrompt, n_predict: int) -> dict[str, object]:
