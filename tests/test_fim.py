@@ -628,14 +628,16 @@ def test_the_fim_bench_times_every_configuration_in_turn(tmp_path: Path, monkeyp
 
 def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -> None:
     from localspec.cli import main
+    from localspec.commands.bench_fim import fim_cases
 
     out = tmp_path / "fim.json"
     table = tmp_path / "fim.md"
     argv = ["bench", str(qwen_path), "--fim", "-n", "4", "--repeat", "1", "--json", str(out)]
     assert main([*argv, "--markdown", str(table)]) == 0
-    assert table.read_text().count("\n| ") == 1 + 1 + 6  # header, rule, a row per case
+    n_cases = len(fim_cases())
+    assert table.read_text().count("\n| ") == 1 + 1 + n_cases  # header, rule, a row per case
     data = json.loads(out.read_text())
-    assert len(data["cases"]) == 6 and len(data["summary"]) >= 3
+    assert len(data["cases"]) == n_cases and len(data["summary"]) >= 3
     assert len(data["keystrokes"]["first_token_s"]) >= 4
     for case in data["cases"].values():
         assert len(case["plain"]["seconds"]) == len(case["speculative"]["seconds"]) == 1
