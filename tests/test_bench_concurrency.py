@@ -213,14 +213,19 @@ def test_the_native_ratio_takes_the_best_native_configuration() -> None:
 
 # ----- llama-server ------------------------------------------------------------------------------
 
-STAND_IN = """\
+
+def stand_in(arg_checks: str = "", body_checks: str = "") -> str:
+    """A stand-in for llama-server (a real HTTP server in a real process): /health, and a
+    POST answered with ``n_predict`` tokens of "x", each request's mode and ``n_predict``
+    appended to ``<executable>.log``; ``arg_checks`` run on ``args`` and ``body_checks`` on
+    each request's ``body``."""
+    return f"""\
 import json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = sys.argv[1:]
-assert args[args.index("-np") + 1] == "2" and args[args.index("-c") + 1] == "1024"
-if "--spec-type" in args:
-    assert args[args.index("--spec-type") + 1] == "ngram-simple"
+mode = args[args.index("--spec-type") + 1] if "--spec-type" in args else "none"
+{arg_checks}
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
@@ -229,8 +234,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        assert body["cache_prompt"] and body["top_k"] == 0 and body["min_p"] == 0
-        reply = json.dumps({"content": "x", "tokens_predicted": body["n_predict"]}).encode()
+        {body_checks}
+        with open(sys.argv[0] + ".log", "a") as log:
+            log.write(f"server {{mode}} {{body['n_predict']}}\\n")
+        reply = json.dumps({{"content": "x", "tokens_predicted": body["n_predict"]}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
@@ -242,6 +249,13 @@ class Handler(BaseHTTPRequestHandler):
 
 ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Handler).serve_forever()
 """
+
+
+STAND_IN = stand_in(
+    arg_checks="""assert args[args.index("-np") + 1] == "2" and args[args.index("-c") + 1] == "1024"
+assert mode in ("none", "ngram-simple")""",
+    body_checks='assert body["cache_prompt"] and body["top_k"] == 0 and body["min_p"] == 0',
+)
 
 
 def stand_in_settings(tmp_path: Path, script: str) -> ns.ServerSettings:

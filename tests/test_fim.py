@@ -551,37 +551,6 @@ def test_the_fim_bench_counts_the_middle_not_what_a_round_ran_past(engine: Engin
     assert got[fim.PLAIN].decoded > got[fim.PLAIN].tokens + 10
 
 
-INFILL_STAND_IN = """\
-import json, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-args = sys.argv[1:]
-name = args[args.index("--spec-type") + 1] if "--spec-type" in args else "none"
-log = sys.argv[0] + ".log"
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with open(log, "a") as f:
-            f.write(f"server {name} {body['n_predict']}\\n")
-        reply = json.dumps({"content": "x", "tokens_predicted": body["n_predict"]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *a):
-        pass
-
-ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Handler).serve_forever()
-"""
-
-
 def test_the_fim_bench_times_every_configuration_in_turn(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """localspec's configurations and llama-server's are timed one after the other in every
     repeat, not one configuration's repeats after another's: a machine whose speed drifts
@@ -591,9 +560,9 @@ def test_the_fim_bench_times_every_configuration_in_turn(tmp_path: Path, monkeyp
 
     from localspec import native_server as ns
     from localspec.commands import bench_fim as fim
-    from tests.test_bench_concurrency import stand_in_settings
+    from tests.test_bench_concurrency import stand_in, stand_in_settings
 
-    settings = stand_in_settings(tmp_path, INFILL_STAND_IN)
+    settings = stand_in_settings(tmp_path, stand_in(body_checks='assert body["cache_prompt"]'))
     log = tmp_path / (ns.SERVER + ".log")
 
     def engine_answer(engine, prompt, n_predict, mode):  # type: ignore[no-untyped-def]
