@@ -145,7 +145,7 @@ class NgramDrafter:
                 return self._copied(history, start + n, want, n)
             agreed, parted = agreement(history, occurrences, n, start, size_m)
             if n < self.params.size_n and agreed >= AGREED_STRONG:
-                return self._copied(history, start + n, agreed, max(n, STRONG_KEY))
+                return self._copied(history, start + n, agreed, STRONG_KEY)
             if parted and agreed:  # past it, the draft is one place's word against another's
                 want = min(want, agreed)
             return self._copied(history, start + n, want, n)
@@ -281,10 +281,10 @@ def agreement(
     start: int,
     most: int,
 ) -> tuple[int, bool]:
-    """How the key's other earlier places (the AGREEING_PLACES most recent) continue, against
-    the ``n``-token key at ``start``: the most tokens one of them is followed by too (at
-    most ``most``), and whether every one of them parts from it (the text after them
-    differs before the draft, or the history, ends)."""
+    """How the other earlier places of the ``n``-token key at ``start`` (the AGREEING_PLACES
+    most recent) go on, against the ``most`` tokens after it: the longest stretch one of
+    them repeats, and whether every one of them parts from it (a token differs before their
+    text or ours runs out)."""
     ends, lengths = occurrences
     others = ends[lengths >= n] - (n - 1)
     others = others[others != start][-AGREEING_PLACES:]
