@@ -19,6 +19,7 @@ from localspec.drafters.suffix import SuffixDrafter
 from localspec.engine.adaptive import AdaptiveController, FixedLengthController
 from localspec.engine.costs import ModelledTimes, VerifyCost
 from localspec.engine.drafting import Drafter
+from localspec.engine.fim import fim_order
 from localspec.engine.grammar import Grammar, GrammarState
 from localspec.engine.loop import DraftControl, SpecConfig, SpeculativeLoop
 from localspec.engine.model_context import ModelContext
@@ -157,11 +158,12 @@ class GenerationFactory:
         if mode == SuffixDrafter.name:
             return SuffixDrafter(self.memories.partition(memory_partition))
         if mode == "ngram-simple":
+            fim = fim_order(target)
             if grammar is not None:
                 # structured answers copy values from the prompt, framed by the grammar's
                 # punctuation: a one-token key is what a copy starts from there
-                return NgramDrafter(replace(self.ngram, min_n=1))
-            return NgramDrafter(self.ngram)
+                return NgramDrafter(replace(self.ngram, min_n=1), fim, target)
+            return NgramDrafter(self.ngram, fim, target)
         if mode == GrammarForcedDrafter.name:
             assert grammar is not None
             if self._byte_tokens is None:

@@ -34,20 +34,37 @@ past it, it is one place's word against another's, and a long draft verified on 
 would be rejected whole half the time; the target's next token says which place goes on,
 and the next round's key, holding it, matches that one alone. Off with ``min_n = size_n`` too.
 
+In a fill-in-the-middle prompt (``[PRE] prefix [SUF] suffix [MID]``) the middle continues
+the prefix, not the suffix before it: the lookup reads the prompt as ``[SUF] suffix [MID]
+[PRE] prefix`` (given the model's FIM tokens), so that the first tokens of the middle
+extend the prefix's last line as a key. A function started below its sibling then drafts
+the sibling's body from its first token (the line ``...r *http.Request) {`` that both
+share), where the suffix's end and ``[MID]`` match nothing and a few tokens had to be
+written plainly before a key formed.
+
 A re-alignment also says what was renamed: the source tokens the output skipped and what it
 wrote in their place (``customers`` where it now writes ``orders``). The sibling uses the new
 name again further on, where every copy would break anew; so, for the rest of the answer,
 drafts copied from the history write the new name where the source has the old one. A rename
 the output then does not follow (it wrote the old name after all) is forgotten.
+
+A key's line can say what was renamed before any copy breaks: a function declared below
+its sibling under another name (``handleGetUser(w http...`` above, ``handleGetInvoice(w
+http...`` at the end) matches the sibling's line on a short key whose earlier tokens differ
+by one span and then agree again: that span is a rename, learnt before the body is copied.
+Given the model's tokenizer, a rename is also learnt as a word and written in each
+spelling the tokenizer gives it (``renames.py``): ``user`` to ``invoice`` rewrites
+``\tuser``, ``.User`` and ``(user`` alike, each one token the new name needs two for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from localspec.drafters.renames import WordRenames, WordVocab
 from localspec.engine.drafting import Draft
 
 # A match found with a shorter key than size_n is weaker evidence (a 4-token key recurs by
@@ -60,12 +77,22 @@ REALIGN_WINDOW = 16
 REALIGN_AFTER = 8
 REALIGN_DRAFT = 8
 RENAME_TOKENS = 6  # the longest span, old or new, a learnt rename replaces
+RENAME_ANCHOR = 3  # tokens alike before a key's renamed span, for the rename to be learnt
+# the lengths (old, new) a key's renamed span is looked for with, shortest first
+RENAME_SPANS = sorted(
+    ((old, new) for old in range(1, RENAME_TOKENS + 1) for new in range(1, RENAME_TOKENS + 1)),
+    key=sum,
+)
 # Tokens two earlier places of a short key must agree on for its draft to count as a strong
 # match, and the match length it then says (``adaptive.STRONG_MATCH``); at most this many of
 # the key's most recent places are compared with the one drafted from.
 AGREED_STRONG = 12
 STRONG_KEY = 12
 AGREEING_PLACES = 8
+# a FIM middle's lookup whose key holds fewer of the middle's own tokens than this is a weak
+# match however long: the prefix's end recurs at every block's end, and which block comes
+# next is the model's choice
+MIDDLE_OWN = 2
 
 
 @dataclass(frozen=True)
@@ -116,12 +143,25 @@ class NgramDrafter:
     name = "ngram-simple"
     catch_up_per_token: float | None = None  # follows the context for free
 
-    def __init__(self, params: NgramParams | None = None) -> None:
+    def __init__(
+        self,
+        params: NgramParams | None = None,
+        fim: tuple[int, int, int] | None = None,
+        vocab: WordVocab | None = None,
+    ) -> None:
+        """``fim``: the model's FIM prefix, suffix and middle tokens; ``vocab``: the model's
+        tokenizer, to learn renames as words (see the module's note)."""
         self.params = params or NgramParams()
+        self.fim = fim
+        self._vocab = vocab
+        self._words = WordRenames(vocab) if vocab is not None else None
+        self._suffix_line = b""  # a FIM prompt's suffix's first line, where a middle ends
+        self._middle_at = 0  # where a FIM prompt's middle starts in the history (0: none)
         self._history = np.zeros(0, dtype=np.int32)
         self._known: list[int] = []  # the context the history array was built from
         self._copy: CopyPlace | None = None  # the last draft's place (re-alignment)
         self._renames: dict[int, dict[tuple[int, ...], tuple[int, ...]]] = {}  # by first token
+        self._forgotten: set[tuple[tuple[int, ...], tuple[int, ...] | None]] = set()
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._sync(prompt)
@@ -132,6 +172,13 @@ class NgramDrafter:
         size_m = min(self.params.size_m, n_max)
         if size_m <= 0:
             return Draft()
+        draft = self._lookup(history, size_m)
+        if self._middle_at and history.size - self._middle_at < MIDDLE_OWN:
+            # the prefix alone says how the middle starts: a new case, another function...
+            draft = replace(draft, match=min(draft.match, STRONG_KEY - 1))
+        return self._before_suffix(history, draft) if self._suffix_line else draft
+
+    def _lookup(self, history: np.ndarray, size_m: int) -> Draft:
         # one backward scan serves every key length (the drafter runs on every plain step
         # while speculation is paused, for shadow checks: it must cost microseconds)
         occurrences = tail_occurrences(history, self.params.size_n)
@@ -144,6 +191,8 @@ class NgramDrafter:
             if exact:
                 return self._copied(history, start + n, want, n)
             agreed, parted = agreement(history, occurrences, n, start, size_m)
+            if n < self.params.size_n:
+                self._learn_rename(renamed_before_key(history, n, start))
             if n < self.params.size_n and agreed >= AGREED_STRONG:
                 return self._copied(history, start + n, agreed, STRONG_KEY)
             if parted and agreed:  # past it, the draft is one place's word against another's
@@ -155,8 +204,27 @@ class NgramDrafter:
         self._learn_rename(found)
         return self._copied(history, found.resume, min(size_m, REALIGN_DRAFT), 1)
 
+    def _before_suffix(self, history: np.ndarray, draft: Draft) -> Draft:
+        """A middle's draft stops before a line that is the suffix's first: a copy of a
+        sibling runs on past its end (``}`` and the next function) where the middle ends
+        and the model writes its end token instead."""
+        assert self._vocab is not None
+        pieces = [self._vocab.piece(t) for t in draft.tokens]
+        text = b"".join(pieces)
+        line = self._suffix_line
+        starts = [i + 1 for i in range(len(text)) if text[i : i + 1] == b"\n"]
+        if history.size and self._vocab.piece(int(history[-1])).endswith(b"\n"):
+            starts.insert(0, 0)
+        for start in starts:
+            rest = text[start:]
+            if rest == line or rest.startswith(line + b"\n"):
+                ends = np.cumsum([len(p) for p in pieces])
+                kept = int(np.searchsorted(ends, start, side="right"))
+                return Draft(draft.tokens[:kept], match=draft.match)
+        return draft
+
     def _copied(self, history: np.ndarray, source: int, want: int, match: int) -> Draft:
-        if not self._renames:  # the common case, kept to one slice
+        if not self._renames and not (self._words and self._words.words):  # the common case
             tokens = history[source : source + want].tolist()
             ends = list(range(source + 1, source + 1 + len(tokens)))
             self._copy = CopyPlace(source, history.size, tokens, ends)
@@ -165,6 +233,9 @@ class NgramDrafter:
         at = source
         while len(tokens) < want and at < history.size:
             old, new = self._rename_at(history, at)
+            if not old and self._words and (rewritten := self._words.rewrite(int(history[at]))):
+                old, new = (int(history[at]),), rewritten
+                self._renames.setdefault(old[0], {})[old] = new
             if old:
                 renamed.append((len(tokens), len(tokens) + len(new), old))
             else:
@@ -184,10 +255,16 @@ class NgramDrafter:
                 best = (old, new)
         return best
 
-    def _learn_rename(self, found: Realignment) -> None:
+    def _learn_rename(self, found: Realignment | None) -> None:
+        if found is None:
+            return
         old, new = found.old, found.new
+        if (old, new) in self._forgotten:  # the output has since written the old name
+            return
         if old and new and old != new and max(len(old), len(new)) <= RENAME_TOKENS:
             self._renames.setdefault(old[0], {})[old] = new
+            if self._words is not None:
+                self._words.learn(old, new)
 
     def _forget_unfollowed_rename(self, history: np.ndarray) -> None:
         """A rename the output did not write where the last draft put it is forgotten."""
@@ -199,7 +276,10 @@ class NgramDrafter:
             return  # the whole draft written, or nothing written yet past what it followed
         for start, end, old in copy.renamed:
             if start <= followed < end:
-                self._renames.get(old[0], {}).pop(old, None)
+                new = self._renames.get(old[0], {}).pop(old, None)
+                self._forgotten.add((old, new))
+                if self._words is not None and len(old) == 1:
+                    self._words.forget(old[0])
 
     def _key_lengths(self) -> range:
         low = max(1, min(self.params.min_n, self.params.size_n))
@@ -215,11 +295,30 @@ class NgramDrafter:
             self._known, new = [], list(context)
             self._history = np.zeros(0, dtype=np.int32)
             self._copy = None
-            self._renames = {}
+            self._renames, self._forgotten = {}, set()
+            self._suffix_line, self._middle_at = b"", 0
+            if self._words is not None:
+                self._words.clear()
         if new:
+            read = new
+            if not self._known and self.fim is not None:
+                read = middle_after_prefix(new, self.fim)
+                self._suffix_line = self._first_suffix_line(new)
+                self._middle_at = new.index(self.fim[2]) + 1 if read is not new else 0
             self._known.extend(new)
-            self._history = np.concatenate([self._history, np.asarray(new, dtype=np.int32)])
+            self._history = np.concatenate([self._history, np.asarray(read, dtype=np.int32)])
         return self._history
+
+    def _first_suffix_line(self, context: list[int]) -> bytes:
+        """The first line of a FIM prompt's suffix that is not blank (b"": none, or no
+        tokenizer to read it with)."""
+        assert self.fim is not None
+        _, suf, mid = self.fim
+        if self._vocab is None or suf not in context or mid not in context:
+            return b""
+        at = context.index(suf)
+        suffix = b"".join(self._vocab.piece(t) for t in context[at + 1 : context.index(mid, at)])
+        return next((line for line in suffix.split(b"\n") if line.strip()), b"")
 
     def accepted(self, n_accepted: int) -> None:
         """Stateless between rounds: the history is re-synced from the context."""
@@ -228,7 +327,29 @@ class NgramDrafter:
         self._history = np.zeros(0, dtype=np.int32)
         self._known = []
         self._copy = None
-        self._renames = {}
+        self._renames, self._forgotten = {}, set()
+        self._suffix_line, self._middle_at = b"", 0
+        if self._words is not None:
+            self._words.clear()
+
+
+def middle_after_prefix(context: list[int], fim: tuple[int, int, int]) -> list[int]:
+    """A FIM prompt's tokens in the order a lookup reads them: ``[SUF] suffix [MID]`` moved
+    before ``[PRE] prefix``, so that what follows ``[MID]`` extends the prefix. Any other
+    context is returned as it is."""
+    pre, suf, mid = fim
+    try:
+        at_pre = context.index(pre)
+        at_suf = context.index(suf, at_pre)
+        at_mid = context.index(mid, at_suf)
+    except ValueError:
+        return context
+    return (
+        context[:at_pre]
+        + context[at_suf : at_mid + 1]
+        + context[at_pre:at_suf]
+        + context[at_mid + 1 :]
+    )
 
 
 def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None:
@@ -253,6 +374,25 @@ def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None
     old = tuple(history[departure : departure + hit].tolist())
     new = tuple(history[copy.made_at + followed : -1].tolist())
     return Realignment(departure + hit + 1, old, new)
+
+
+def renamed_before_key(history: np.ndarray, n: int, start: int) -> Realignment | None:
+    """What the line before a key renamed: the last ``n`` tokens occur at ``start`` but the
+    token before them differs, and RENAME_ANCHOR tokens before that the two places are
+    alike again (``handleGetUser(w http...`` and ``handleGetInvoice(w http...``): the
+    source's span between is renamed to the output's. The shortest such pair of spans."""
+    reach = RENAME_TOKENS + RENAME_ANCHOR
+    end = history.size - n  # the output's span ends here, the source's at ``start``
+    source = history[max(0, start - reach) : start].tolist()
+    output = history[max(start, end - reach) : end].tolist()
+    for old_len, new_len in RENAME_SPANS:
+        if old_len + RENAME_ANCHOR > len(source) or new_len + RENAME_ANCHOR > len(output):
+            continue
+        anchor = source[-old_len - RENAME_ANCHOR : -old_len]
+        if anchor == output[-new_len - RENAME_ANCHOR : -new_len]:
+            old, new = tuple(source[-old_len:]), tuple(output[-new_len:])
+            return Realignment(start, old, new) if old != new else None
+    return None
 
 
 def tail_occurrences(history: np.ndarray, max_n: int) -> tuple[np.ndarray, np.ndarray]:

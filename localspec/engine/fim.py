@@ -99,6 +99,14 @@ def missing_fim_tokens(vocab: FimVocab) -> list[str]:
     return [name for name in REQUIRED if vocab.fim_tokens.get(name, -1) < 0]
 
 
+def fim_order(vocab: FimVocab) -> tuple[int, int, int] | None:
+    """The prefix, suffix and middle tokens (what a lookup drafter reorders), or None."""
+    if missing_fim_tokens(vocab):
+        return None
+    ids = vocab.fim_tokens
+    return ids["pre"], ids["suf"], ids["mid"]
+
+
 def check_fim(vocab: FimVocab, model_name: str) -> None:
     missing = missing_fim_tokens(vocab)
     if missing:
