@@ -319,6 +319,28 @@ def test_infill_fills_the_gap_as_plain_decoding_would(base: str, engine: Engine)
     assert got["timings"]["predicted_n"] == got["tokens_predicted"] == len(got["tokens"])
 
 
+def test_a_renamed_sibling_is_drafted_from_the_middle_s_first_tokens(engine: Engine) -> None:
+    """A Go handler below its sibling under another name (``handleGetUser`` above,
+    ``handleGetInvoice`` at the cursor): the lookup reads the middle as the prefix's
+    continuation and learns the rename from that line, so the sibling's body is drafted
+    with ``invoice`` for ``user`` in each spelling the tokenizer gives it (``\\tinvoice``,
+    ``.Invoice``, ``(invoice``: two tokens each, one for the old name); the answer is plain
+    decoding's."""
+    from localspec.commands.bench_fim import fim_cases
+
+    case = next(c for c in fim_cases() if c.name == "go-sibling-handler")
+    plain = engine.generate(case.prompt, max_tokens=110, mode="none", record_margins=True)
+    spec = engine.generate(case.prompt, max_tokens=110, mode="ngram-simple")
+    report = compare(plain.tokens, plain.margins, spec.tokens, plain.runners_up)
+    assert report.identical or report.near_tie, report
+    assert "invoice, err := s.store.Invoice(" in spec.text and "Encode(invoice)" in spec.text
+    piece = engine.target.piece
+    renamed = [d for t, d in zip(spec.tokens, spec.from_draft, strict=True) if piece(t) == b"voice"]
+    # drafted at its uses (a round may end between "in" and "voice": that one is the target's)
+    assert len(renamed) >= 3 and sum(renamed) >= len(renamed) - 1, renamed
+    assert sum(spec.from_draft) >= 0.8 * len(spec.tokens)
+
+
 def test_keystrokes_reread_only_what_was_typed(base: str) -> None:
     """llama.vim after each word: the prefix, the suffix and the other files stay cached
     (``n_predict: 0`` warms the cache first, as llama.vim does)."""
