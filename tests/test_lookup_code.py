@@ -1,7 +1,8 @@
 """The lookup on code: renames learnt as words and from a key's line, a middle read as the
 prefix's continuation and ended before the suffix (pure: a toy tokenizer)."""
 
-from localspec.drafters.ngram import STRONG_KEY, NgramDrafter, NgramParams, middle_after_prefix
+from localspec.drafters.fim_layout import middle_after_prefix
+from localspec.drafters.ngram import STRONG_KEY, NgramDrafter, NgramParams
 from localspec.drafters.renames import WordRenames, case_forms, renamed_word
 
 # a vocabulary where, as in Qwen's, a name is one token after one character and two after

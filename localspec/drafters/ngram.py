@@ -64,7 +64,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from localspec.drafters.renames import WordRenames, WordVocab
+from localspec.drafters.fim_layout import first_suffix_line, middle_after_prefix, until_line
+from localspec.drafters.renames import RENAME_TOKENS, WordRenames, WordVocab, renamed_before_key
 from localspec.engine.drafting import Draft
 
 # A match found with a shorter key than size_n is weaker evidence (a 4-token key recurs by
@@ -76,13 +77,6 @@ SHORT_KEY_FACTOR = 2
 REALIGN_WINDOW = 16
 REALIGN_AFTER = 8
 REALIGN_DRAFT = 8
-RENAME_TOKENS = 6  # the longest span, old or new, a learnt rename replaces
-RENAME_ANCHOR = 3  # tokens alike before a key's renamed span, for the rename to be learnt
-# the lengths (old, new) a key's renamed span is looked for with, shortest first
-RENAME_SPANS = sorted(
-    ((old, new) for old in range(1, RENAME_TOKENS + 1) for new in range(1, RENAME_TOKENS + 1)),
-    key=sum,
-)
 # Tokens two earlier places of a short key must agree on for its draft to count as a strong
 # match, and the match length it then says (``adaptive.STRONG_MATCH``); at most this many of
 # the key's most recent places are compared with the one drafted from.
@@ -191,9 +185,10 @@ class NgramDrafter:
             if exact:
                 return self._copied(history, start + n, want, n)
             agreed, parted = agreement(history, occurrences, n, start, size_m)
-            if n < self.params.size_n:
-                self._learn_rename(renamed_before_key(history, n, start))
-            if n < self.params.size_n and agreed >= AGREED_STRONG:
+            short = n < self.params.size_n
+            if short and (renamed := renamed_before_key(history, n, start)) is not None:
+                self._learn_rename(*renamed)
+            if short and agreed >= AGREED_STRONG:
                 return self._copied(history, start + n, agreed, STRONG_KEY)
             if parted and agreed:  # past it, the draft is one place's word against another's
                 want = min(want, agreed)
@@ -201,7 +196,7 @@ class NgramDrafter:
         found = None if exact else realigned(history, self._copy)
         if found is None:
             return Draft()
-        self._learn_rename(found)
+        self._learn_rename(found.old, found.new)
         return self._copied(history, found.resume, min(size_m, REALIGN_DRAFT), 1)
 
     def _before_suffix(self, history: np.ndarray, draft: Draft) -> Draft:
@@ -209,19 +204,10 @@ class NgramDrafter:
         sibling runs on past its end (``}`` and the next function) where the middle ends
         and the model writes its end token instead."""
         assert self._vocab is not None
+        at_line_start = history.size > 0 and self._vocab.piece(int(history[-1])).endswith(b"\n")
         pieces = [self._vocab.piece(t) for t in draft.tokens]
-        text = b"".join(pieces)
-        line = self._suffix_line
-        starts = [i + 1 for i in range(len(text)) if text[i : i + 1] == b"\n"]
-        if history.size and self._vocab.piece(int(history[-1])).endswith(b"\n"):
-            starts.insert(0, 0)
-        for start in starts:
-            rest = text[start:]
-            if rest == line or rest.startswith(line + b"\n"):
-                ends = np.cumsum([len(p) for p in pieces])
-                kept = int(np.searchsorted(ends, start, side="right"))
-                return Draft(draft.tokens[:kept], match=draft.match)
-        return draft
+        kept = until_line(pieces, self._suffix_line, at_line_start)
+        return draft if kept == len(pieces) else Draft(draft.tokens[:kept], match=draft.match)
 
     def _copied(self, history: np.ndarray, source: int, want: int, match: int) -> Draft:
         if not self._renames and not (self._words and self._words.words):  # the common case
@@ -255,10 +241,7 @@ class NgramDrafter:
                 best = (old, new)
         return best
 
-    def _learn_rename(self, found: Realignment | None) -> None:
-        if found is None:
-            return
-        old, new = found.old, found.new
+    def _learn_rename(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
         if (old, new) in self._forgotten:  # the output has since written the old name
             return
         if old and new and old != new and max(len(old), len(new)) <= RENAME_TOKENS:
@@ -303,22 +286,12 @@ class NgramDrafter:
             read = new
             if not self._known and self.fim is not None:
                 read = middle_after_prefix(new, self.fim)
-                self._suffix_line = self._first_suffix_line(new)
+                if self._vocab is not None:
+                    self._suffix_line = first_suffix_line(new, self.fim, self._vocab.piece)
                 self._middle_at = new.index(self.fim[2]) + 1 if read is not new else 0
             self._known.extend(new)
             self._history = np.concatenate([self._history, np.asarray(read, dtype=np.int32)])
         return self._history
-
-    def _first_suffix_line(self, context: list[int]) -> bytes:
-        """The first line of a FIM prompt's suffix that is not blank (b"": none, or no
-        tokenizer to read it with)."""
-        assert self.fim is not None
-        _, suf, mid = self.fim
-        if self._vocab is None or suf not in context or mid not in context:
-            return b""
-        at = context.index(suf)
-        suffix = b"".join(self._vocab.piece(t) for t in context[at + 1 : context.index(mid, at)])
-        return next((line for line in suffix.split(b"\n") if line.strip()), b"")
 
     def accepted(self, n_accepted: int) -> None:
         """Stateless between rounds: the history is re-synced from the context."""
@@ -331,25 +304,6 @@ class NgramDrafter:
         self._suffix_line, self._middle_at = b"", 0
         if self._words is not None:
             self._words.clear()
-
-
-def middle_after_prefix(context: list[int], fim: tuple[int, int, int]) -> list[int]:
-    """A FIM prompt's tokens in the order a lookup reads them: ``[SUF] suffix [MID]`` moved
-    before ``[PRE] prefix``, so that what follows ``[MID]`` extends the prefix. Any other
-    context is returned as it is."""
-    pre, suf, mid = fim
-    try:
-        at_pre = context.index(pre)
-        at_suf = context.index(suf, at_pre)
-        at_mid = context.index(mid, at_suf)
-    except ValueError:
-        return context
-    return (
-        context[:at_pre]
-        + context[at_suf : at_mid + 1]
-        + context[at_pre:at_suf]
-        + context[at_mid + 1 :]
-    )
 
 
 def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None:
@@ -374,25 +328,6 @@ def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None
     old = tuple(history[departure : departure + hit].tolist())
     new = tuple(history[copy.made_at + followed : -1].tolist())
     return Realignment(departure + hit + 1, old, new)
-
-
-def renamed_before_key(history: np.ndarray, n: int, start: int) -> Realignment | None:
-    """What the line before a key renamed: the last ``n`` tokens occur at ``start`` but the
-    token before them differs, and RENAME_ANCHOR tokens before that the two places are
-    alike again (``handleGetUser(w http...`` and ``handleGetInvoice(w http...``): the
-    source's span between is renamed to the output's. The shortest such pair of spans."""
-    reach = RENAME_TOKENS + RENAME_ANCHOR
-    end = history.size - n  # the output's span ends here, the source's at ``start``
-    source = history[max(0, start - reach) : start].tolist()
-    output = history[max(start, end - reach) : end].tolist()
-    for old_len, new_len in RENAME_SPANS:
-        if old_len + RENAME_ANCHOR > len(source) or new_len + RENAME_ANCHOR > len(output):
-            continue
-        anchor = source[-old_len - RENAME_ANCHOR : -old_len]
-        if anchor == output[-new_len - RENAME_ANCHOR : -new_len]:
-            old, new = tuple(source[-old_len:]), tuple(output[-new_len:])
-            return Realignment(start, old, new) if old != new else None
-    return None
 
 
 def tail_occurrences(history: np.ndarray, max_n: int) -> tuple[np.ndarray, np.ndarray]:

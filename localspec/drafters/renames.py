@@ -13,6 +13,15 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
+RENAME_TOKENS = 6  # the longest span, old or new, a learnt rename replaces
+RENAME_ANCHOR = 3  # tokens alike before a key's renamed span, for the rename to be learnt
+# the lengths (old, new) a key's renamed span is looked for with, shortest first
+RENAME_SPANS = sorted(
+    ((old, new) for old in range(1, RENAME_TOKENS + 1) for new in range(1, RENAME_TOKENS + 1)),
+    key=sum,
+)
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PARTS = re.compile(r"\w+|\W")
 NOT_AFTER = r"(?<![A-Za-z0-9])"  # a word starts a token's text or follows a non-letter
@@ -104,3 +113,24 @@ def case_forms(old: str, new: str) -> list[tuple[str, str]]:
         (old.upper(), new.upper()),
     ]
     return [(a, b) for a, b in dict(forms).items() if a != b]
+
+
+def renamed_before_key(
+    history: np.ndarray, n: int, start: int
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """What the line before a key renamed: the last ``n`` tokens occur at ``start`` but the
+    token before them differs, and RENAME_ANCHOR tokens before that the two places are
+    alike again (``handleGetUser(w http...`` and ``handleGetInvoice(w http...``): the
+    source's span between is renamed to the output's: the shortest such pair (old, new)."""
+    reach = RENAME_TOKENS + RENAME_ANCHOR
+    end = history.size - n  # the output's span ends here, the source's at ``start``
+    source = history[max(0, start - reach) : start].tolist()
+    output = history[max(start, end - reach) : end].tolist()
+    for old_len, new_len in RENAME_SPANS:
+        if old_len + RENAME_ANCHOR > len(source) or new_len + RENAME_ANCHOR > len(output):
+            continue
+        anchor = source[-old_len - RENAME_ANCHOR : -old_len]
+        if anchor == output[-new_len - RENAME_ANCHOR : -new_len]:
+            old, new = tuple(source[-old_len:]), tuple(output[-new_len:])
+            return (old, new) if old != new else None
+    return None
