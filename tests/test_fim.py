@@ -57,9 +57,42 @@ def test_a_common_short_line_is_not_taken_for_the_suffix() -> None:
     anchor, _ = suffix_anchor("\n}\n}\n\nint main() {\n")
     assert anchor == ["}", "}", "int main() {"]
     end = MiddleEnd("\n}\n}\n\nint main() {\n")
-    body = "    x += 1;\n  }\n}\n"  # closes like the suffix, then goes on differently
+    body = "x += 1;\n}\n}\n"  # closes like the suffix, then goes on differently
     assert fed(end, body + "void other() {\n", [5]) == body + "void other() {\n"
     assert not end.ended
+
+
+HANDLER = "func (s *Server) handleGetInvoice(w http.ResponseWriter, r *http.Request) {\n"
+TEST_CASE = 'describe("parse", () => {\n  it("keeps commas", () => {\n'
+SIBLING = "class Ledger:\n    def paid(self):\n        return 1\n\n    def refunded(self):\n"
+
+
+def test_a_middle_that_closes_the_block_the_suffix_closes_ends_before_it() -> None:
+    """The model finished the function at the cursor and closed it, or went on to the next
+    test or method: the suffix already closes the block (no doubled ``}``)."""
+    body = "\tinvoice := s.store.Invoice(id)\n\tif invoice == nil {\n\t\treturn\n\t}\n"
+    end = MiddleEnd.of(FimPrompt(HANDLER, "}\n"))
+    assert fed(end, body + "}\n\nfunc (s *Server) other() {\n", [4]) == body and end.ended
+    test = '    const f = parse(\'"a,b",c\');\n    expect(f).toEqual(["a,b", "c"]);\n'
+    more = '  });\n\n  it("trims", () => {\n    expect(parse(" a")).toEqual(["a"]);\n'
+    assert fed(MiddleEnd.of(FimPrompt(TEST_CASE, "  });\n});\n")), test + more, [3]) == test
+    method = "        return 2\n\n"  # a blank line between methods, as the file has
+    written = method + "    def pending(self):\n        return 3\n"
+    sibling = FimPrompt(SIBLING, "    def balance(self):\n        return 0\n")
+    assert fed(MiddleEnd.of(sibling), written, [2]) == method
+
+
+def test_a_middle_keeps_its_own_closing_lines_and_text_at_the_suffix_s_level() -> None:
+    """What closes the middle's own brackets, a file's end written by the middle itself,
+    text at another level than the suffix's, and a string's lines are no block's end."""
+    own = "\tif ok {\n\t\treturn\n\t}\n\tdone()\n"
+    assert fed(MiddleEnd.of(FimPrompt(HANDLER, "}\n")), own, [2]) == own
+    closed = "\treturn nil\n}\n"  # nothing after the cursor: the middle closes the function
+    assert fed(MiddleEnd.of(FimPrompt(HANDLER, "")), closed, []) == closed
+    query = '    rows = db.run("""\nSELECT id\nFROM t\n""")\n    return rows\n'
+    assert fed(MiddleEnd.of(FimPrompt("def load(db):\n", "\nprint(1)\n")), query, [3]) == query
+    deeper = "        x = 1\n    y = 2\n"  # at the suffix's level, but closing nothing
+    assert fed(MiddleEnd.of(FimPrompt(SIBLING, "    z = 3\n")), deeper, []) == deeper
 
 
 def test_a_line_indented_less_than_n_indent_ends_the_middle() -> None:
@@ -104,9 +137,9 @@ def test_a_middle_that_ends_on_the_suffix_s_first_lines_leaves_them_out() -> Non
     end = MiddleEnd(DEBOUNCE_SUFFIX)
     assert fed(end, DEBOUNCE_BODY + "  };\n}\n", [4]) == DEBOUNCE_BODY
     assert fed(MiddleEnd(DEBOUNCE_SUFFIX), DEBOUNCE_BODY + "  };\n}", []) == DEBOUNCE_BODY
-    # what goes on after the closing lines is another middle: kept whole
+    # going on after the closing lines, it still closed what the suffix closes
     more = DEBOUNCE_BODY + "  };\n}\n\nexport const wait = 1;\n"
-    assert fed(MiddleEnd(DEBOUNCE_SUFFIX), more, [3]) == more
+    assert fed(MiddleEnd(DEBOUNCE_SUFFIX), more, [3]) == DEBOUNCE_BODY
 
 
 def test_a_middle_that_ends_on_the_suffix_s_last_lines_leaves_them_out() -> None:
@@ -192,7 +225,7 @@ def test_a_repeated_end_does_not_depend_on_how_the_text_is_cut(
 LINES = ["  };", "}", "", "  ", "    x = 1;  ", "export function throttle(fn, ms) {", "```"]
 LINES += ['if __name__ == "__main__":', "    main()", "def main():", "    print(area(2.0))"]
 LINES += ["    if (timer) {", "\t", "x", "    main()  ", "def other(x):", "@cache", "de", "class"]
-LINES += ["print(x)", "async function later() {"]
+LINES += ["print(x)", "async function later() {", "  });", "    def g(self):", "\t}"]
 
 
 @given(
@@ -201,8 +234,10 @@ LINES += ["print(x)", "async function later() {"]
         lambda runs: [line for line, times in runs for _ in range(times)]  # loops too
     ),
     st.booleans(),
-    st.sampled_from([DEBOUNCE_SUFFIX, AREA_SUFFIX, FIB_SUFFIX, "  };\n}\n", "\n\n  };\n", "x"]),
-    st.sampled_from(["", "def f(x):\n", "def f(x):\n    y ="]),
+    st.sampled_from(
+        [DEBOUNCE_SUFFIX, AREA_SUFFIX, FIB_SUFFIX, "  };\n}\n", "\n\n  };\n", "x", "}\n", "  });\n"]
+    ),
+    st.sampled_from(["", "def f(x):\n", "def f(x):\n    y =", HANDLER, TEST_CASE + "    x"]),
     st.integers(0, 4),
 )
 def test_every_end_rule_together_does_not_depend_on_how_the_text_is_cut(
@@ -465,6 +500,28 @@ def test_a_middle_that_goes_on_to_invent_functions_ends_before_them(base: str) -
     assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 64, infill  # of 96
     for content in (infill["content"], streamed, suffixed.choices[0].text):
         assert "return self.items.pop()" in content and "def " not in content, content
+
+
+GET_USER = "package api\n\n"
+GET_USER += "func (s *Server) handleGetUser(w http.ResponseWriter, r *http.Request) {\n"
+GET_USER += '\tuser, err := s.store.User(r.Context(), r.URL.Query().Get("id"))\n'
+GET_USER += "\tif err != nil {\n\t\thttp.Error(w, err.Error(), http.StatusNotFound)\n"
+GET_USER += "\t\treturn\n\t}\n"
+GET_USER += "\tjson.NewEncoder(w).Encode(user)\n}\n\n"
+
+
+def test_a_middle_that_closes_the_function_leaves_the_suffix_s_brace_alone(base: str) -> None:
+    """The 0.5B instruct model writes the handler's body, its closing ``}`` and another
+    handler of its own: the suffix has that ``}``, the editor gets the body alone."""
+    prefix = GET_USER + HANDLER
+    body = {"input_prefix": prefix, "input_suffix": "}\n", "n_predict": 96, "temperature": 0}
+    infill = post(base, "/infill", body).json()
+    with httpx.stream("POST", f"{base}/infill", json={**body, "stream": True}, timeout=120) as r:
+        events = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
+    assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 80, infill  # of 96
+    for content in (infill["content"], "".join(event["content"] for event in events)):
+        assert "Encode(invoice)" in content and "func " not in content, content
+        assert content.rstrip().split("\n")[-1] != "}", content
 
 
 INITIALS_PREFIX = "import pytest\n\nfrom names import initials\n\n\n"

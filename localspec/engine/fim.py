@@ -40,6 +40,9 @@ DEFINITION = re.compile(
 # a line at a line's start that may still become one: words and spaces so far
 MAY_BE_DEFINITION = re.compile(r"@|@?[A-Za-z_$][\w$ *]*")
 DEFINITION_CHARS = 48  # a line this long with no definition in it is none
+# a string literal on one line: brackets inside it are text, not code
+STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
+OPENERS, CLOSERS = "([{", ")]}"
 # a line written this many times in a row is a loop, not code (editors' completion plugins
 # such as Continue stop there too)
 REPEATS = 3
@@ -179,6 +182,12 @@ class MiddleEnd:
     - a new definition: in a file with ``DEFINITION`` lines at a line's start, such a line
       after the middle has written code ends it, before that line (the model finished the
       code at the cursor and invents the next function);
+    - a block left: a line indented less than the middle's first line (the cursor's line
+      when it is not at a line's start), at the level of the suffix's first line, ends the
+      middle before it where it closes a bracket the middle did not open (``}``, ``});``)
+      and the suffix's first line closes one too, or where it opens a definition (a
+      sibling method): the model finished the block at the cursor, and the suffix closes
+      it or goes on after it (Tabby's scope rule; a doubled ``}`` otherwise);
     - a loop: a line written ``REPEATS`` times in a row ends the middle after its first
       copy (a small model that writes one ``assert`` over and over to its token limit);
     - once the model has ended: lines it ended on that the suffix starts with (a closing
@@ -202,6 +211,8 @@ class MiddleEnd:
     _fence_ends: bool = False
     _definitions_end: bool = False
     _at_line_start: bool = True
+    _suffix_level: int | None = None  # the indentation of the suffix's first whole line
+    _suffix_closes: bool = False  # that line closes a bracket opened before it
 
     def __post_init__(self) -> None:
         at_line_start = self._at_line_start = not self.prefix or self.prefix.endswith("\n")
@@ -211,6 +222,9 @@ class MiddleEnd:
         self._definitions_end = any(
             DEFINITION.match(line) for line in (self.prefix + "\n" + self.suffix).split("\n")
         )
+        first = suffix_first_line(self.suffix, at_line_start)
+        if first is not None:
+            self._suffix_level, self._suffix_closes = _indent(first), _lowest_depth(first) < 0
 
     @classmethod
     def of(cls, fim: FimPrompt, n_indent: int = 0, time_limit_s: float | None = None) -> MiddleEnd:
@@ -258,6 +272,8 @@ class MiddleEnd:
                 return self._cut(lines, i)
             if self._opens_definition(lines, i):
                 return self._cut(lines, i)
+            if whole and self._leaves_block(lines, i):
+                return self._cut(lines, i)
             if whole and self._copies(lines, i) >= REPEATS:
                 return self._cut(lines, i - REPEATS + 2)
             if whole and self._rejoins(lines, i, final):
@@ -272,6 +288,33 @@ class MiddleEnd:
             return True
         may_be = len(line) < DEFINITION_CHARS and MAY_BE_DEFINITION.fullmatch(line)
         return begun and (not line or bool(may_be))
+
+    def _block_level(self, lines: list[str], i: int) -> int | None:
+        """The indentation of the block the middle is written in, as seen before line
+        ``i``: its first non-blank line's (the cursor's line's when the cursor is not at a
+        line's start); None while there is none."""
+        if not self._at_line_start:
+            return _indent(self.prefix[self.prefix.rfind("\n") + 1 :])
+        first = next((line for line in lines[:i] if line.strip()), None)
+        return None if first is None else _indent(first)
+
+    def _may_leave_block(self, lines: list[str], i: int) -> bool:
+        """Whether line ``i`` (whole or not) is at the suffix's level, below the block's."""
+        level = self._block_level(lines, i)
+        if self._suffix_level is None or level is None or self._suffix_level >= level:
+            return False
+        line = lines[i]
+        return not line.strip() or _indent(line) == self._suffix_level
+
+    def _leaves_block(self, lines: list[str], i: int) -> bool:
+        """Whole line ``i`` leaves the middle's block at the suffix's level (see the class
+        docstring): it closes a bracket opened before the middle, or opens a definition."""
+        if not lines[i].strip() or not self._may_leave_block(lines, i):
+            return False
+        if DEFINITION.match(lines[i].lstrip()):
+            return True
+        closes = _bracket_depth(lines[:i]) + _lowest_depth(lines[i]) < 0
+        return closes and self._suffix_closes
 
     def _copies(self, lines: list[str], i: int) -> int:
         """How many copies in a row of line ``i`` end there (0 for a blank line; the first
@@ -318,6 +361,8 @@ class MiddleEnd:
             hold = last  # a fence may be opening
         if last >= 1 and self._opens_definition(lines, last, begun=True):
             hold = last  # a definition may be opening
+        if last >= 1 and self._may_leave_block(lines, last):
+            hold = last  # a line that may leave the block
         run = self._copies(lines, last - 1) if last >= 1 else 0
         if run and lines[last - 1].rstrip().startswith(lines[last].rstrip()):
             hold = min(hold, last - run + 1)  # a loop's second copy and on may be cut
@@ -370,6 +415,34 @@ def suffix_anchor(suffix: str, at_line_start: bool = False) -> tuple[list[str], 
         return [], ""
     lead = suffix[max(start - 1, 0) : lead_end]
     return anchor, lead
+
+
+def suffix_first_line(suffix: str, at_line_start: bool = False) -> str | None:
+    """The suffix's first non-blank whole line (None: it has none)."""
+    start = 0 if at_line_start else suffix.find("\n") + 1
+    if start == 0 and not at_line_start:
+        return None
+    return next((line for line in suffix[start:].split("\n") if line.strip()), None)
+
+
+def _code(line: str) -> str:
+    """A line without its one-line string literals."""
+    return STRING.sub('""', line)
+
+
+def _bracket_depth(lines: Sequence[str]) -> int:
+    """Brackets opened less brackets closed in these lines."""
+    code = "".join(_code(line) for line in lines)
+    return sum(code.count(c) for c in OPENERS) - sum(code.count(c) for c in CLOSERS)
+
+
+def _lowest_depth(line: str) -> int:
+    """The lowest bracket depth reached along the line, from 0 at its start."""
+    depth = lowest = 0
+    for c in _code(line):
+        depth += (c in OPENERS) - (c in CLOSERS)
+        lowest = min(lowest, depth)
+    return lowest
 
 
 def suffix_tail(suffix: str) -> list[str]:
