@@ -226,3 +226,40 @@ def test_a_step_wider_than_the_calibration_costs_its_rows() -> None:
     per_row = (0.357 - 0.240) / (49 - 32)  # from the first size past half the largest
     assert cost(np.array([264]))[0] == pytest.approx(0.357 + per_row * (264 - 49))
     assert cost(np.array([48]))[0] == pytest.approx(0.357)  # inside: as measured
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=N_MAX), st.booleans()),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(0, 4),
+    st.sampled_from(["cpu", "flat"]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.01, 0.07]),
+)
+def test_the_bound_that_skips_the_ranking_never_changes_the_budget(
+    slots: list[tuple[list[float], bool]], prefill: int, kind: str, in_passes: bool, margin: float
+) -> None:
+    """The cheap bound (``_may_pay``) only skips steps whose drafts cannot pay: the budget is
+    the one the whole ranking finds, priced on the curve or as llama.cpp's passes."""
+    from localspec.engine import budget
+
+    curve = cpu_curve() if kind == "cpu" else flat_curve()
+    demands = [DraftDemand(np.array(a), len(a), drafting=d) for a, d in slots]
+    base = len(demands) + prefill
+
+    def seconds(lengths: list[int]) -> float:
+        rows = passes({i: 1 + k for i, k in enumerate(lengths)}, 512, len(lengths))
+        return float(np.sum(curve(np.array(rows + [prefill] * bool(prefill)))))
+
+    kw = {"step_margin": margin, "step_seconds": seconds if in_passes else None}
+    bounded = allocate(demands, base, curve, max_rows=base + 64, **kw)
+    whole = budget._may_pay
+    try:
+        budget._may_pay = lambda *a: True  # type: ignore[assignment]
+        assert allocate(demands, base, curve, max_rows=base + 64, **kw) == bounded
+    finally:
+        budget._may_pay = whole

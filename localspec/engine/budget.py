@@ -84,9 +84,12 @@ def allocate(
     lengths = [d.pinned if d.pinned is not None else 0 for d in demands]
     free = [i for i, d in enumerate(demands) if d.pinned is None]
     room = max(0, max_rows - base_rows - sum(lengths)) if max_rows is not None else None
-    ranking = _ranked_tokens(demands, free, base_rows + sum(lengths), cost, room)
     predict = _Throughput(demands, base_rows, cost, step_seconds, draft_seconds)
     best, best_speed = list(lengths), predict(lengths)
+    plain = (predict.tokens(lengths), best_speed * (1 + step_margin))
+    if not _may_pay(demands, free, base_rows + sum(lengths), cost, room, *plain):
+        return best
+    ranking = _ranked_tokens(demands, free, base_rows + sum(lengths), cost, room)
 
     def consider(trial: list[int]) -> None:
         nonlocal best, best_speed
@@ -153,8 +156,11 @@ class _Throughput:
         most = base_rows + sum(max(d.cap, d.pinned or 0) for d in demands)
         self.by_rows = cost(np.arange(most + 1)).tolist() if step_seconds is None else []
 
+    def tokens(self, lengths: Sequence[int]) -> float:
+        return sum(float(e[k]) for e, k in zip(self.expected, lengths, strict=True))
+
     def __call__(self, lengths: Sequence[int]) -> float:
-        tokens = sum(float(e[k]) for e, k in zip(self.expected, lengths, strict=True))
+        tokens = self.tokens(lengths)
         if self.step_seconds is not None:
             step = self.step_seconds(lengths)
         else:
@@ -162,6 +168,37 @@ class _Throughput:
         if self.draft_seconds is not None:
             return tokens / (step + self.draft_seconds(lengths))
         return tokens / (step + float(self.per_token @ lengths))
+
+
+def _may_pay(
+    demands: Sequence[DraftDemand],
+    free: Sequence[int],
+    rows: int,
+    cost: Callable[[np.ndarray], np.ndarray],
+    room: int | None,
+    plain_tokens: float,
+    to_beat: float,
+) -> bool:
+    """Whether any drafts could make the step emit ``to_beat`` tokens a second or more
+    (``plain_tokens`` without them), by a bound that prices no step: D drafted tokens add at
+    most the D best chances of acceptance, and cost at least what the curve asks for the
+    rows (a step run as several passes, or padded, costs more; drafting costs more still).
+    With many generations and drafts of little promise, the step is then plain without the
+    hundreds of trial steps the ranking would price."""
+    chances = [_chances(demands[i]) for i in free]
+    best = -np.sort(-np.concatenate(chances)) if chances else np.zeros(0)
+    best = best[:room] if room is not None else best
+    if not best.size:
+        return False
+    curve = np.asarray(cost(np.arange(rows + 1, rows + best.size + 1)), dtype=float)
+    cheapest = np.minimum.accumulate(curve[::-1])[::-1]  # a noisy curve is not monotone
+    bound = (plain_tokens + np.cumsum(best)) / np.maximum(cheapest, 1e-12)
+    return float(bound.max()) >= to_beat
+
+
+def _chances(demand: DraftDemand) -> np.ndarray:
+    """The chance that each token of a whole draft is accepted (every one before it was)."""
+    return np.cumprod(np.asarray(demand.acceptance, dtype=float)[: demand.cap])
 
 
 def _ranked_tokens(
@@ -179,8 +216,7 @@ def _ranked_tokens(
     row_s = max(float(np.diff(cost(span))[0]) / width, 1e-12)
     candidates = []
     for i in free:
-        d = demands[i]
-        chances = np.cumprod(np.asarray(d.acceptance, dtype=float)[: d.cap])
-        candidates += [(-c / (row_s + d.seconds_per_token), i, j) for j, c in enumerate(chances)]
+        per_s = row_s + demands[i].seconds_per_token
+        candidates += [(-c / per_s, i, j) for j, c in enumerate(_chances(demands[i]))]
     candidates.sort()
     return [i for _, i, _ in candidates[:room]]
