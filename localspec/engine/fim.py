@@ -397,8 +397,8 @@ def suffix_anchor(suffix: str, at_line_start: bool = False) -> tuple[list[str], 
     before them (what a middle rejoining it writes first: the new line that ends the
     cursor's line, blank lines, indentation). The suffix's first line is the rest of the
     cursor's line, whole only when the cursor is at a line's start (``at_line_start``)."""
-    start = 0 if at_line_start else suffix.find("\n") + 1
-    if start == 0 and not at_line_start:
+    start = _whole_lines_start(suffix, at_line_start)
+    if start is None:
         return [], ""
     anchor: list[str] = []
     lead_end = None
@@ -419,10 +419,19 @@ def suffix_anchor(suffix: str, at_line_start: bool = False) -> tuple[list[str], 
 
 def suffix_first_line(suffix: str, at_line_start: bool = False) -> str | None:
     """The suffix's first non-blank whole line (None: it has none)."""
-    start = 0 if at_line_start else suffix.find("\n") + 1
-    if start == 0 and not at_line_start:
+    start = _whole_lines_start(suffix, at_line_start)
+    if start is None:
         return None
     return next((line for line in suffix[start:].split("\n") if line.strip()), None)
+
+
+def _whole_lines_start(suffix: str, at_line_start: bool) -> int | None:
+    """Where the suffix's whole lines start: at once when the cursor is at a line's start,
+    else after the rest of the cursor's line (None: the suffix is that rest alone)."""
+    if at_line_start:
+        return 0
+    end = suffix.find("\n")
+    return None if end < 0 else end + 1
 
 
 def _code(line: str) -> str:
