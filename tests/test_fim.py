@@ -62,6 +62,8 @@ def test_a_common_short_line_is_not_taken_for_the_suffix() -> None:
     assert not end.ended
 
 
+LINES_OF_A_BLOCK = ["", "  });", '    expect(parse("a,b")).toEqual(["a", "b"]);', "    x = 1"]
+LINES_OF_A_BLOCK += ['  it("splits", () => {', "# Example usage:", "\t}"]
 HANDLER = "func (s *Server) handleGetInvoice(w http.ResponseWriter, r *http.Request) {\n"
 TEST_CASE = 'describe("parse", () => {\n  it("keeps commas", () => {\n'
 SIBLING = "class Ledger:\n    def paid(self):\n        return 1\n\n    def refunded(self):\n"
@@ -95,6 +97,58 @@ def test_a_middle_keeps_its_own_closing_lines_and_text_at_the_suffix_s_level() -
     assert fed(MiddleEnd.of(FimPrompt(SIBLING, "    z = 3\n")), deeper, []) == deeper
 
 
+def test_a_middle_that_goes_below_the_block_the_suffix_is_in_ends_before_it() -> None:
+    """Code at column 0 after a method, where the suffix goes on inside the class (a small
+    model's example usage), or a function closed where the suffix goes on in it: the model
+    left the block the suffix is in. A branch that leads back into it, a label, a directive
+    and a string's text are kept."""
+    method = '    def __str__(self):\n        return "Ledger"\n\n'
+    usage = "# Example usage:\nledger = Ledger()\nprint(ledger)\n"
+    sibling = FimPrompt(SIBLING, "\n    def balance(self):\n        return 0\n")
+    assert fed(MiddleEnd.of(sibling), method + usage, [3]) == method
+    closed = "    a += 1;\n  }\n"  # the suffix returns from the function the middle closed
+    nested = FimPrompt("function f(a) {\n  if (a) {\n", "  return a;\n}\n")
+    assert fed(MiddleEnd.of(nested), closed + "}\n\nf(2);\n", [2]) == closed
+    branch = FimPrompt("def f(a):\n    if a:\n", "        return 2\n")
+    kept = "        a += 1\n        return a\n    else:\n"
+    assert fed(MiddleEnd.of(branch), kept, [4]) == kept
+    directive = "        x = 1;\n#endif\nagain:\n        y = 2;\n"
+    assert fed(MiddleEnd.of(FimPrompt("int f() {\n", "        return x;\n")), directive, []) == (
+        directive
+    )
+    query = '        rows = db.run("""\nSELECT id\nFROM t\n""")\n'
+    method_body = FimPrompt("class Store:\n    def load(self, db):\n", "        return rows\n")
+    assert fed(MiddleEnd.of(method_body), query, [5]) == query
+
+
+def test_a_block_written_twice_in_a_row_ends_the_middle_after_its_first_copy() -> None:
+    """A small model writing the same test case again and again to its token limit; a block
+    too small to say so (a closing ``}`` pair) is kept."""
+    case = '  it("splits", () => {\n    expect(parse("a,b")).toEqual(["a", "b"]);\n  });\n\n'
+    end = MiddleEnd.of(FimPrompt(TEST_CASE, "  });\n});\n"))
+    assert fed(end, case * 3 + '  it("sp', [7]) == case and end.ended
+    closing = "    }\n  }\n    }\n  }\n"
+    assert fed(MiddleEnd.of(FimPrompt("", "x\n")), closing, [3]) == closing
+
+
+@given(
+    st.lists(st.integers(1, 9), max_size=40),
+    st.lists(st.sampled_from(LINES_OF_A_BLOCK), min_size=1, max_size=4),
+    st.integers(1, 3),
+    st.sampled_from(["", "  it(", "  });\n", "x = 1"]),
+    st.sampled_from(["", "def f(x):\n", SIBLING, TEST_CASE + "    x"]),
+)
+def test_a_block_s_copies_do_not_depend_on_how_the_text_is_cut(
+    sizes: list[int], block: list[str], copies: int, tail: str, prefix: str
+) -> None:
+    """However the copies of a block come, the same middle as fed one character at a time."""
+    text = "\n".join(block) + "\n"
+    text = text * copies + tail
+    for suffix in ("  });\n});\n", "\n    def balance(self):\n", "x"):
+        one_by_one = fed(MiddleEnd(suffix, prefix=prefix), text, [])
+        assert fed(MiddleEnd(suffix, prefix=prefix), text, sizes) == one_by_one
+
+
 def test_a_line_indented_less_than_n_indent_ends_the_middle() -> None:
     end = MiddleEnd(n_indent=4)
     out = fed(end, "x = 1\n    y = 2\n\ndef other():\n    pass\n", [2])
@@ -111,7 +165,7 @@ def test_past_the_time_limit_the_middle_ends_at_a_new_line() -> None:
 
 def test_a_middle_that_opens_a_code_fence_ends_before_it() -> None:
     """A chat-tuned model that closed the code and goes on to explain it in Markdown."""
-    fim = FimPrompt("function f(a) {\n  if (a) {\n", "  return a;\n}\n")
+    fim = FimPrompt("function f(a) {\n  if (a) {\n", "\nf(1);\n")
     end = MiddleEnd.of(fim)
     out = fed(end, "    a += 1;\n  }\n}\n```\n\nThis function adds one.", [4])
     assert end.ended and out == "    a += 1;\n  }\n}\n"
@@ -226,6 +280,7 @@ LINES = ["  };", "}", "", "  ", "    x = 1;  ", "export function throttle(fn, ms
 LINES += ['if __name__ == "__main__":', "    main()", "def main():", "    print(area(2.0))"]
 LINES += ["    if (timer) {", "\t", "x", "    main()  ", "def other(x):", "@cache", "de", "class"]
 LINES += ["print(x)", "async function later() {", "  });", "    def g(self):", "\t}"]
+LINES += ["# Example usage:", "else:", "#endif", 's = """', "        deep = 1"]
 
 
 @given(
@@ -247,8 +302,9 @@ def test_every_end_rule_together_does_not_depend_on_how_the_text_is_cut(
     streamed in any pieces: the same middle as fed one character at a time (nothing sent is
     ever taken back)."""
     text = "\n".join(lines) + ("\n" if newline else "")
-    one_by_one = fed(MiddleEnd(suffix, n_indent, prefix=prefix), text, [])
-    assert fed(MiddleEnd(suffix, n_indent, prefix=prefix), text, sizes) == one_by_one
+    for before, after in ((prefix, suffix), (SIBLING, "\n    def balance(self):\n")):
+        one_by_one = fed(MiddleEnd(after, n_indent, prefix=before), text, [])
+        assert fed(MiddleEnd(after, n_indent, prefix=before), text, sizes) == one_by_one
 
 
 @given(

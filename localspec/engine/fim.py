@@ -46,6 +46,18 @@ OPENERS, CLOSERS = "([{", ")]}"
 # a line written this many times in a row is a loop, not code (editors' completion plugins
 # such as Continue stop there too)
 REPEATS = 3
+# a block of lines (2 to LOOP_LINES, with LOOP_CHARS of text) written twice in a row is a
+# loop too: a small model that writes the same test case again and again (Tabby drops
+# repeated blocks as well)
+LOOP_LINES, LOOP_CHARS = 12, 24
+# a line below the block's and the suffix's indentation that may still lead into the suffix:
+# a branch or a label that continues the block, a C preprocessor directive
+CONTINUES = re.compile(
+    r"(?:\}\s*)?(?:else|elif|except|finally|catch|case|default)\b|[A-Za-z_]\w*:\s*$"
+    r"|#\s*(?:if|ifdef|ifndef|elif|else|endif|define|undef|include|pragma)\b"
+)
+# what opens or closes a string of several lines (Python, JavaScript's template literals)
+LONG_STRING = re.compile(r'"""|\'\'\'|`')
 # a line of the suffix shorter than this (``}``, ``end``, ``)``) is too common to say that
 # the middle has rejoined the suffix: the next lines are compared with it
 DISTINCT_CHARS = 12
@@ -188,8 +200,13 @@ class MiddleEnd:
       and the suffix's first line closes one too, or where it opens a definition (a
       sibling method): the model finished the block at the cursor, and the suffix closes
       it or goes on after it (Tabby's scope rule; a doubled ``}`` otherwise);
+    - a block below: a line indented less than both the middle's block and the suffix's
+      first line ends the middle before it (example usage at column 0 after a method,
+      where the suffix goes on inside the class), unless it may lead back into the suffix
+      (``else:``, ``case``, a label, a preprocessor directive) or is text in a string;
     - a loop: a line written ``REPEATS`` times in a row ends the middle after its first
-      copy (a small model that writes one ``assert`` over and over to its token limit);
+      copy (a small model that writes one ``assert`` over and over to its token limit), as
+      does a block of lines written twice in a row (``LOOP_LINES``, ``LOOP_CHARS``);
     - once the model has ended: lines it ended on that the suffix starts with (a closing
       ``};`` the suffix already has), or that the suffix ends with (the file's last lines,
       written again after skipping what came before them), are dropped, with the blank lines
@@ -272,10 +289,12 @@ class MiddleEnd:
                 return self._cut(lines, i)
             if self._opens_definition(lines, i):
                 return self._cut(lines, i)
-            if whole and self._leaves_block(lines, i):
+            if whole and (self._leaves_block(lines, i) or self._below_block(lines, i)):
                 return self._cut(lines, i)
             if whole and self._copies(lines, i) >= REPEATS:
                 return self._cut(lines, i - REPEATS + 2)
+            if whole and (copy := self._block_copy(lines, i)) is not None:
+                return self._cut(lines, copy)
             if whole and self._rejoins(lines, i, final):
                 return self._cut(lines, i)
 
@@ -315,6 +334,54 @@ class MiddleEnd:
             return True
         closes = _bracket_depth(lines[:i]) + _lowest_depth(lines[i]) < 0
         return closes and self._suffix_closes
+
+    def _below_levels(self, lines: list[str], i: int) -> bool:
+        """Whether line ``i`` (whole or not) is indented less than both the middle's block
+        and the suffix's first line (a line of blanks so far: may still be)."""
+        level = self._block_level(lines, i)
+        if self._suffix_level is None or level is None:
+            return False
+        return _indent(lines[i]) < min(level, self._suffix_level)
+
+    def _below_block(self, lines: list[str], i: int) -> bool:
+        """Whole line ``i`` leaves the block the suffix goes on in, below it (see the class
+        docstring)."""
+        line = lines[i]
+        if not line.strip() or not self._below_levels(lines, i) or CONTINUES.match(line.lstrip()):
+            return False
+        before = self.prefix + "\n".join(lines[:i])
+        return len(LONG_STRING.findall(before)) % 2 == 0  # not a string's text
+
+    def _block_copy(self, lines: list[str], i: int) -> int | None:
+        """Where a second copy in a row of a block of lines ending at whole line ``i``
+        starts (None: there is none)."""
+        first = 0 if self._at_line_start else 1
+        for size in range(2, LOOP_LINES + 1):
+            start = i - size + 1
+            if start - size < first:
+                break
+            block = [line.rstrip() for line in lines[start - size : start]]
+            if _is_block(block) and [line.rstrip() for line in lines[start : i + 1]] == block:
+                return start
+        return None
+
+    def _may_copy_block(self, lines: list[str], last: int) -> int | None:
+        """Where the lines from some line to the last one (being written) may be starting a
+        second copy of the block before them (None: nowhere)."""
+        first = 0 if self._at_line_start else 1
+        current = lines[last].rstrip()
+        earliest = None
+        for size in range(2, LOOP_LINES + 1):
+            for done in range(size):  # whole lines of the copy written so far
+                start = last - done
+                if start - size < first:
+                    break
+                block = [line.rstrip() for line in lines[start - size : start]]
+                written = [line.rstrip() for line in lines[start:last]]
+                copying = written == block[:done] and block[done].startswith(current)
+                if copying and _is_block(block) and (earliest is None or start < earliest):
+                    earliest = start
+        return earliest
 
     def _copies(self, lines: list[str], i: int) -> int:
         """How many copies in a row of line ``i`` end there (0 for a blank line; the first
@@ -361,11 +428,14 @@ class MiddleEnd:
             hold = last  # a fence may be opening
         if last >= 1 and self._opens_definition(lines, last, begun=True):
             hold = last  # a definition may be opening
-        if last >= 1 and self._may_leave_block(lines, last):
+        if last >= 1 and (self._may_leave_block(lines, last) or self._below_levels(lines, last)):
             hold = last  # a line that may leave the block
         run = self._copies(lines, last - 1) if last >= 1 else 0
         if run and lines[last - 1].rstrip().startswith(lines[last].rstrip()):
             hold = min(hold, last - run + 1)  # a loop's second copy and on may be cut
+        copy = self._may_copy_block(lines, last) if last >= 1 else None
+        if copy is not None:
+            hold = min(hold, copy)  # a block's second copy may be being written
         if self._anchor:  # from the first line on which the rest may begin the anchor
             begins = (k for k in range(1, last + 1) if self._may_begin_anchor(lines[k:]))
             hold = min(hold, next(begins, last + 1))
@@ -373,7 +443,7 @@ class MiddleEnd:
         if hold <= last:
             held = sum(len(line) + 1 for line in lines[:hold]) - 1  # the new line before it too
         first = self._first_break()
-        if self.suffix and first < len(self.text):
+        if not self.ended and self.suffix and first < len(self.text):
             held = min(held, may_repeat_end(self.text, self.suffix, self._tail, first + 1))
             # with the blank lines before it, which a cut or a repeated end leaves out with
             # it (as the suffix's own); the first line's text is never held
@@ -432,6 +502,12 @@ def _whole_lines_start(suffix: str, at_line_start: bool) -> int | None:
         return 0
     end = suffix.find("\n")
     return None if end < 0 else end + 1
+
+
+def _is_block(lines: list[str]) -> bool:
+    """Whether these lines are enough of a block for two copies of it to be a loop."""
+    written = [line.strip() for line in lines if line.strip()]
+    return len(written) >= 2 and sum(len(line) for line in written) >= LOOP_CHARS
 
 
 def _code(line: str) -> str:
