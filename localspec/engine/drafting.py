@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -95,6 +95,19 @@ class SteppedDrafter(Protocol):
     def held(self, context: Sequence[int]) -> int:
         """How much of ``context`` its own cache holds (the rest it catches up)."""
         ...
+
+
+_STEPPED_TYPES: dict[type, bool] = {}
+
+
+def is_stepped(drafter: object) -> TypeGuard[SteppedDrafter]:
+    """``isinstance(drafter, SteppedDrafter)``, worked out once a class: a runtime protocol
+    check looks up every member each time, and a shared step asks it of every slot."""
+    kind = type(drafter)
+    stepped = _STEPPED_TYPES.get(kind)
+    if stepped is None:
+        stepped = _STEPPED_TYPES[kind] = isinstance(drafter, SteppedDrafter)
+    return stepped
 
 
 def decode_directly(steps: Steps[Result]) -> Result:

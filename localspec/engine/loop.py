@@ -18,7 +18,7 @@ import numpy as np
 
 from localspec.engine.adaptive import FixedLengthController, ShadowCheck
 from localspec.engine.costs import ModelledTimes
-from localspec.engine.drafting import Draft, Drafter, SteppedDrafter, Steps, decode_directly
+from localspec.engine.drafting import Draft, Drafter, Steps, decode_directly, is_stepped
 from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.healing import HealedStart
 from localspec.engine.model_context import ContextOptions, ModelContext
@@ -354,7 +354,7 @@ class SpeculativeLoop:
         a draft model keeps what an earlier answer left, the turns before in a chat); all
         of them for a drafter that cannot tell."""
         whole = max(len(self.context), len(self.prompt))
-        if not isinstance(self.drafter, SteppedDrafter):
+        if not is_stepped(self.drafter):
             return 0 if self._drafter_begun else whole
         if not self._drafter_begun:  # ``begin`` decodes the prompt's last token at least
             return whole - min(self.drafter.held(self.prompt), len(self.prompt) - 1)
@@ -445,7 +445,7 @@ class SpeculativeLoop:
             self._begin_drafter()
         k = self.draft_length() if cap is None else min(cap, self.draft_length())
         draft = Draft()
-        if k > 0 and isinstance(self.drafter, SteppedDrafter):
+        if k > 0 and is_stepped(self.drafter):
             draft = yield from self.drafter.propose_steps(context, k)
         elif k > 0 and self.drafter is not None:
             draft = self.drafter.propose(context, k)

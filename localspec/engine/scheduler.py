@@ -31,7 +31,7 @@ import numpy as np
 
 from localspec.engine.budget import DraftDemand, allocate, predicted_gain
 from localspec.engine.costs import VerifyCost
-from localspec.engine.drafting import SteppedDrafter
+from localspec.engine.drafting import is_stepped
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
 from localspec.engine.prompt_cache import PromptCache
@@ -553,7 +553,7 @@ class BatchScheduler:
         ever."""
         busy = [s for s in self.slots if s.work is not None]
         loops = [s.work.loop for s in busy if s.work is not None]
-        paid = [loop for loop in loops if isinstance(loop.drafter, SteppedDrafter)]
+        paid = [loop for loop in loops if is_stepped(loop.drafter)]
         if self._still_resting(loops):
             return
         known = [p[1] for loop in paid if (p := loop.control.paid_draft()) is not None]
