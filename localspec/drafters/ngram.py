@@ -64,6 +64,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from localspec.drafters.field_lines import FieldOrder, next_lines
 from localspec.drafters.fim_layout import first_suffix_line, middle_after_prefix, until_line
 from localspec.drafters.renames import RENAME_TOKENS, WordRenames, WordVocab, renamed_before_key
 from localspec.engine.drafting import Draft
@@ -83,6 +84,8 @@ REALIGN_DRAFT = 8
 AGREED_STRONG = 12
 STRONG_KEY = 12
 AGREEING_PLACES = 8
+# the tokens at the history's end read back for the lines a field list drafts from
+FIELD_TAIL = 256
 # a FIM middle's lookup whose key holds fewer of the middle's own tokens than this is a weak
 # match however long: the prefix's end recurs at every block's end, and which block comes
 # next is the model's choice
@@ -149,6 +152,7 @@ class NgramDrafter:
         self.fim = fim
         self._vocab = vocab
         self._words = WordRenames(vocab) if vocab is not None else None
+        self._fields = FieldOrder() if vocab is not None else None
         self._suffix_line = b""  # a FIM prompt's suffix's first line, where a middle ends
         self._middle_at = 0  # where a FIM prompt's middle starts in the history (0: none)
         self._history = np.zeros(0, dtype=np.int32)
@@ -159,6 +163,8 @@ class NgramDrafter:
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._sync(prompt)
+        if self._fields is not None:
+            self._fields.learn(self._text(prompt))
 
     def propose(self, context: Sequence[int], n_max: int) -> Draft:
         history = self._sync(context)
@@ -167,10 +173,29 @@ class NgramDrafter:
         if size_m <= 0:
             return Draft()
         draft = self._lookup(history, size_m)
+        if draft.match < STRONG_KEY and (listed := self._field_lines(history, size_m)).tokens:
+            draft = listed
         if self._middle_at and history.size - self._middle_at < MIDDLE_OWN:
             # the prefix alone says how the middle starts: a new case, another function...
             draft = replace(draft, match=min(draft.match, STRONG_KEY - 1))
         return self._before_suffix(history, draft) if self._suffix_line else draft
+
+    def _field_lines(self, history: np.ndarray, size_m: int) -> Draft:
+        """The next lines of a field-by-field list the history ends in (``field_lines.py``),
+        where the prompt declared the fields' order; no draft elsewhere."""
+        if self._fields is None or not self._fields.after:
+            return Draft()
+        tail = history[-FIELD_TAIL:].tolist()
+        following = next_lines(self._fields, self._text(tail))
+        if not following:
+            return Draft()
+        assert self._vocab is not None
+        self._copy = None  # no copy to re-align with
+        return Draft(self._vocab.tokenize(following, False, False)[:size_m])
+
+    def _text(self, tokens: Sequence[int]) -> str:
+        assert self._vocab is not None
+        return b"".join(self._vocab.piece(int(t)) for t in tokens).decode("utf-8", "replace")
 
     def _lookup(self, history: np.ndarray, size_m: int) -> Draft:
         # one backward scan serves every key length (the drafter runs on every plain step

@@ -1,0 +1,122 @@
+"""The next lines of a field-by-field list, for a lookup drafter on code.
+
+Code that maps one record to another writes a line per field, each in the same form
+(``number=data["number"],``, ``invoiceId: row.invoice_id,``), in the order the fields are
+declared elsewhere: a dataclass, an interface, another file's ``to_dict``. No earlier text
+holds the next line, so a lookup has nothing to copy; but the line before gives its form and
+the declarations give the next field's name. ``FieldOrder`` reads the declared orders from
+the prompt (runs of lines at one indentation, each declaring a different name in the same
+way) and writes the last line again with each declared name in it replaced by the next one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from itertools import pairwise
+
+# a line that declares a name: its first identifier (after indentation, an opening quote or
+# a modifier), and what follows it, which every line of a run must share
+DECLARED = re.compile(
+    r"(?P<indent>[ \t]*)(?P<quote>[\"'])?(?:(?:pub|readonly|public|private|protected)\s+)?"
+    r"(?P<name>[A-Za-z_]\w*)(?P<after>[\"']?\s*[:=,\"']|\s+\w)"
+)
+NAME = re.compile(r"[A-Za-z_]\w*")
+# first words of statements, not of declarations
+KEYWORDS = frozenset(
+    NAME.findall(
+        """return if elif else for while def class import from const let var function case break
+        continue try except finally with pass raise throw await async yield assert print self
+        this new delete type interface struct enum impl fn func switch default do in is not and
+        or match use mod package export"""
+    )
+)
+MIN_RUN = 3  # lines a run needs to declare an order
+MAX_WORDS = 6  # a line with more words than this is prose, not a declaration
+MAX_WORDS_SPACED = 4  # ... with a name and a space first (``Name string``, ``id INTEGER,``)
+MAX_LINES = 8  # lines drafted ahead at most
+MAX_BACK = 4  # lines before the one being written whose form it may take
+
+
+class FieldOrder:
+    """Declared names and the name declared after each."""
+
+    def __init__(self) -> None:
+        self.after: dict[str, str] = {}
+
+    def learn(self, text: str) -> None:
+        """The orders declared in ``text`` (what was learnt before is forgotten)."""
+        self.after = {}
+        run: list[str] = []
+        shape: tuple[str, str] | None = None
+        for line in [*text.split("\n"), ""]:
+            declared = _declared(line)
+            if declared is not None and declared[1:] == shape and declared[0] not in run:
+                run.append(declared[0])
+                continue
+            self._note(run)
+            run, shape = ([declared[0]], declared[1:]) if declared else ([], None)
+
+    def _note(self, run: list[str]) -> None:
+        if len(run) >= MIN_RUN:
+            self.after.update(pairwise(run))
+
+    def declares(self, line: str) -> bool:
+        """Whether ``line`` is one of a list's lines (its first name declared in an order)."""
+        declared = _declared(line)
+        return declared is not None and (
+            declared[0] in self.after or declared[0] in self.after.values()
+        )
+
+    def line_after(self, line: str) -> str | None:
+        """``line`` (one of a list's lines) with each declared name in it replaced by the
+        next one; None where its first name has no next one."""
+        declared = _declared(line)
+        if declared is None or declared[0] not in self.after:
+            return None
+        return NAME.sub(lambda m: self.after.get(m.group(0), m.group(0)), line)
+
+    def lines_after(self, line: str) -> Iterator[str]:
+        """The lines that follow ``line`` in its list, as far as the orders go."""
+        for _ in range(MAX_LINES + MAX_BACK):
+            following = self.line_after(line)
+            if following is None:
+                return
+            yield following
+            line = following
+
+
+def _declared(line: str) -> tuple[str, str, str] | None:
+    """The name a line declares, its indentation and what follows the name (None: the line
+    declares none: a statement, prose, a blank)."""
+    found = DECLARED.match(line)
+    if found is None or found["name"] in KEYWORDS:
+        return None
+    after = found["after"]
+    separator = " " if NAME.match(after.lstrip()) else after.strip()[:1]
+    if len(NAME.findall(line)) > (MAX_WORDS_SPACED if separator == " " else MAX_WORDS):
+        return None
+    return found["name"], found["indent"], (found["quote"] or "") + separator
+
+
+def next_lines(order: FieldOrder, text: str) -> str:
+    """What follows ``text`` (the end of what was written) where its last lines are a list's:
+    the rest of the line being written and the lines after it, in the form most of the list's
+    last lines that the line being written agrees with have, the nearest first (a list's lines
+    differ: one writes ``date.fromisoformat(data["issued_on"])``, the others
+    ``data["number"]``); "" where there is none."""
+    *before, current = text.split("\n")
+    candidates: list[list[str]] = []
+    for back in range(1, min(len(before), MAX_BACK) + 1):
+        if back > 1 and not order.declares(before[-back + 1]):
+            break  # the list starts after this line
+        lines = list(order.lines_after(before[-back]))
+        if len(lines) < back:
+            break
+        if lines[back - 1].startswith(current):
+            candidates.append(lines[back - 1 :])
+    if not candidates:
+        return ""
+    firsts = [lines[0] for lines in candidates]
+    chosen = max(candidates, key=lambda lines: firsts.count(lines[0]))
+    return "\n".join(chosen)[len(current) :] + "\n"

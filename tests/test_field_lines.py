@@ -1,0 +1,101 @@
+"""A field-by-field list's next lines, from the order its fields were declared in (pure)."""
+
+from localspec.drafters.field_lines import FieldOrder, next_lines
+from localspec.drafters.ngram import NgramDrafter, NgramParams
+
+DATACLASS = """@dataclass
+class Invoice:
+    number: str
+    customer_id: int
+    issued_on: date
+    paid: bool = False
+
+    def to_dict(self) -> dict:
+        return {
+            "number": self.number,
+            "customer_id": self.customer_id,
+            "issued_on": self.issued_on.isoformat(),
+            "paid": self.paid,
+        }
+"""
+ROW = """interface InvoiceRow {
+  invoice_id: number;
+  customer_name: string;
+  paid_at: string | null;
+}
+interface Invoice {
+  invoiceId: number;
+  customerName: string;
+  paidAt: Date | null;
+}
+"""
+FROM_DICT = '    return Invoice(\n        number=data["number"],\n'
+
+
+def order_of(text: str) -> FieldOrder:
+    order = FieldOrder()
+    order.learn(text)
+    return order
+
+
+def test_an_order_is_a_run_of_lines_each_declaring_one_name_the_same_way() -> None:
+    assert order_of(DATACLASS).after == {
+        "number": "customer_id",
+        "customer_id": "issued_on",
+        "issued_on": "paid",
+    }
+    assert order_of(ROW).after["customer_name"] == "paid_at"
+    assert order_of(ROW).after["invoiceId"] == "customerName"
+    statements = "    if x:\n    return y\n    for z in w:\n"  # keywords declare nothing
+    prose = "The model writes one line\nafter another line of prose\nuntil it has written it\n"
+    short = "    a: int\n    b: int\n"  # two lines: too few to say an order
+    mixed = "    a: int\n    b = 2\n    c: int\n"  # not declared the same way
+    for text in (statements, prose, short, mixed):
+        assert order_of(text).after == {}
+
+
+def test_the_next_lines_take_the_last_line_s_form_with_the_next_names() -> None:
+    order = order_of(DATACLASS)
+    rest = '        customer_id=data["customer_id"],\n        issued_on=data["issued_on"],\n'
+    rest += '        paid=data["paid"],\n'
+    assert next_lines(order, FROM_DICT) == rest
+    assert next_lines(order, FROM_DICT + "        cust") == rest[len("        cust") :]
+    assert next_lines(order, FROM_DICT + "        total") == ""  # the model departs
+    assert next_lines(order, "    return Invoice(\n") == ""  # no list's line yet
+    mapped = "  return {\n    invoiceId: row.invoice_id,\n"
+    assert next_lines(order_of(ROW), mapped).startswith("    customerName: row.customer_name,\n")
+
+
+def test_a_line_written_another_way_does_not_set_the_form_of_the_next() -> None:
+    """Most of the list's last lines agree on a form; the one that differs (a date parsed)
+    is not copied, unless the line being written goes that way."""
+    order = order_of(DATACLASS)
+    written = FROM_DICT + '        customer_id=data["customer_id"],\n'
+    written += '        issued_on=date.fromisoformat(data["issued_on"]),\n'
+    assert next_lines(order, written) == '        paid=data["paid"],\n'
+    assert next_lines(order, written + "        paid=date") == ('.fromisoformat(data["paid"]),\n')
+
+
+class CharVocab:
+    """One token a character."""
+
+    def piece(self, token: int) -> bytes:
+        return chr(token).encode()
+
+    def tokenize(
+        self, text: str, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        return [ord(c) for c in text]
+
+
+def test_the_lookup_drafts_a_list_s_next_line_where_nothing_is_there_to_copy() -> None:
+    vocab = CharVocab()
+    prompt = vocab.tokenize(DATACLASS + "\ndef invoice_from_dict(data):\n")
+    drafter = NgramDrafter(NgramParams(), vocab=vocab)
+    drafter.begin(prompt)
+    draft = drafter.propose([*prompt, *vocab.tokenize(FROM_DICT)], 48)
+    rest = '        customer_id=data["customer_id"],\n        issued_on=data["issued_on"],\n'
+    assert "".join(map(chr, draft.tokens)) == rest[:48]
+    without = NgramDrafter(NgramParams())  # no tokenizer: lookups alone
+    without.begin(prompt)
+    assert not without.propose([*prompt, *vocab.tokenize(FROM_DICT)], 48).tokens
