@@ -97,5 +97,7 @@ def test_the_lookup_drafts_a_list_s_next_line_where_nothing_is_there_to_copy() -
     rest = '        customer_id=data["customer_id"],\n        issued_on=data["issued_on"],\n'
     assert "".join(map(chr, draft.tokens)) == rest[:48]
     without = NgramDrafter(NgramParams())  # no tokenizer: lookups alone
-    without.begin(prompt)
-    assert not without.propose([*prompt, *vocab.tokenize(FROM_DICT)], 48).tokens
+    exact = NgramDrafter(NgramParams(min_n=12), vocab=vocab)  # llama.cpp's lookup alone
+    for lookup in (without, exact):
+        lookup.begin(prompt)
+        assert not lookup.propose([*prompt, *vocab.tokenize(FROM_DICT)], 48).tokens

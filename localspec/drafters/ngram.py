@@ -180,10 +180,15 @@ class NgramDrafter:
             draft = replace(draft, match=min(draft.match, STRONG_KEY - 1))
         return self._before_suffix(history, draft) if self._suffix_line else draft
 
+    @property
+    def _exact(self) -> bool:
+        """Whether the lookup is llama.cpp's own: the full key only, nothing else drafted."""
+        return self.params.min_n >= self.params.size_n
+
     def _field_lines(self, history: np.ndarray, size_m: int) -> Draft:
         """The next lines of a field-by-field list the history ends in (``field_lines.py``),
         where the prompt declared the fields' order; no draft elsewhere."""
-        if self._fields is None or not self._fields.after:
+        if self._fields is None or not self._fields.after or self._exact:
             return Draft()
         tail = history[-FIELD_TAIL:].tolist()
         following = next_lines(self._fields, self._text(tail))
@@ -201,7 +206,7 @@ class NgramDrafter:
         # one backward scan serves every key length (the drafter runs on every plain step
         # while speculation is paused, for shadow checks: it must cost microseconds)
         occurrences = tail_occurrences(history, self.params.size_n)
-        exact = self.params.min_n >= self.params.size_n  # llama.cpp's own behaviour
+        exact = self._exact
         for n in self._key_lengths():
             want = size_m if n >= self.params.size_n else min(size_m, SHORT_KEY_FACTOR * n)
             start = find_last_match(history, n, self.params.min_hits, want, occurrences)
