@@ -651,6 +651,8 @@ def test_the_fim_cases_are_editor_requests_with_the_cursor_on_an_empty_line() ->
     cases = fim_cases()
     assert {c.kind for c in cases} == {"copying", "ordinary"}
     assert all(c.prompt.typed == "" and c.prompt.prefix.endswith("\n") for c in cases)
+    chosen = fim_cases("py-from-dict, debounce")  # --prompts with --fim: in the order given
+    assert [c.name for c in chosen] == ["py-from-dict", "debounce"]
 
 
 def test_the_fim_bench_refuses_what_does_not_apply(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -658,7 +660,7 @@ def test_the_fim_bench_refuses_what_does_not_apply(capsys) -> None:  # type: ign
 
     for extra, expected in [
         (["--concurrency", "1,2"], "--fim and --concurrency"),
-        (["--prompts", "code"], "--prompts does not apply to --fim"),
+        (["--prompts", "reducer-case,nope"], "no completion named nope"),
         (["--modes", "none"], "give the one speculative mode"),
         (["--plot", "fim.png"], "--plot does not apply to --fim"),
     ]:

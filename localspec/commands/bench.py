@@ -282,7 +282,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--prompts",
         default=None,
-        help=f"prompt kinds or a prompt file (default {CELL_PROMPTS})",
+        help=f"prompt kinds or a prompt file (default {CELL_PROMPTS}); with --fim, the names "
+        "of the completions to run (default all)",
     )
     p.add_argument(
         "--concurrency",

@@ -127,14 +127,26 @@ def speedup(base: Timings, faster: Timings) -> tuple[float, bool]:
     return (base.median / base.length) / (faster.median / faster.length), True
 
 
-def fim_cases() -> list[FimCase]:
+def fim_cases(names: str | None = None) -> list[FimCase]:
+    """The built-in completion requests, or (``--prompts`` with ``--fim``) those named, in
+    the order given."""
     text = resources.files("localspec.prompts").joinpath("fim.toml").read_text("utf-8")
     cases = []
     for raw in tomllib.loads(text)["case"]:
         extra = tuple(ExtraFile(e["text"], e["filename"]) for e in raw.get("extra", []))
         prompt = FimPrompt(raw["prefix"], raw["suffix"], extra)
         cases.append(FimCase(raw["name"], raw["kind"], raw["language"], prompt))
-    return cases
+    if names is None:
+        return cases
+    by_name = {case.name: case for case in cases}
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in by_name]
+    if unknown or not wanted:
+        raise LocalspecError(
+            f"--prompts with --fim: no completion named {', '.join(unknown) or '(none)'}",
+            f"name some of {', '.join(by_name)}",
+        )
+    return [by_name[name] for name in dict.fromkeys(wanted)]
 
 
 def run_fim(args: argparse.Namespace) -> int:
@@ -143,7 +155,7 @@ def run_fim(args: argparse.Namespace) -> int:
 
     mode = check_args(args, canonical)
     args.mode = mode  # the engine loads what this mode needs
-    cases = fim_cases()
+    cases = fim_cases(args.prompts)
     console = report_console(stderr=True)
     machine = machine_load()
     console.print(machine.describe())
@@ -178,10 +190,6 @@ def check_args(args: argparse.Namespace, canonical: Callable[[str], str]) -> str
             raise LocalspecError(f"--fim and {flag} are two different benches", "run one")
     if args.plot is not None:
         raise LocalspecError("--plot does not apply to --fim (its table has no curve)", "drop it")
-    if args.prompts is not None:
-        raise LocalspecError(
-            "--prompts does not apply to --fim (it brings its own completions)", "drop it"
-        )
     modes = [m for m in parse_list(args.modes or "ngram-simple", "--modes", canonical)]
     modes = [m for m in modes if m != "none"]
     if len(modes) != 1:
