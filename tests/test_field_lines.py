@@ -101,3 +101,12 @@ def test_the_lookup_drafts_a_list_s_next_line_where_nothing_is_there_to_copy() -
     for lookup in (without, exact):
         lookup.begin(prompt)
         assert not lookup.propose([*prompt, *vocab.tokenize(FROM_DICT)], 48).tokens
+
+
+def test_a_list_that_gives_each_name_a_value_of_its_own_is_not_drafted() -> None:
+    """Each line of a mapping names its field twice (``number=data["number"]``); a list of
+    settings gives each its own value, which no order says."""
+    compose = "  db:\n    image: postgres:16\n    restart: always\n    ports: 5432\n"
+    order = order_of(compose)
+    assert order.after["image"] == "restart"
+    assert next_lines(order, "  cache:\n    image: redis:7\n") == ""

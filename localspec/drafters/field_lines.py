@@ -64,17 +64,23 @@ class FieldOrder:
     def declares(self, line: str) -> bool:
         """Whether ``line`` is one of a list's lines (its first name declared in an order)."""
         declared = _declared(line)
-        return declared is not None and (
-            declared[0] in self.after or declared[0] in self.after.values()
-        )
+        return declared is not None and self._known(declared[0])
 
     def line_after(self, line: str) -> str | None:
         """``line`` (one of a list's lines) with each declared name in it replaced by the
-        next one; None where its first name has no next one."""
+        next one; None where its first name has no next one, or where the line names no
+        field twice: a list that maps fields (``number=data["number"]``, ``invoiceId:
+        row.invoice_id``), not one that gives each a value of its own (``image: postgres``)."""
         declared = _declared(line)
         if declared is None or declared[0] not in self.after:
             return None
+        named = [name for name in NAME.findall(line) if self._known(name)]
+        if len(named) < 2:
+            return None
         return NAME.sub(lambda m: self.after.get(m.group(0), m.group(0)), line)
+
+    def _known(self, name: str) -> bool:
+        return name in self.after or name in self.after.values()
 
     def lines_after(self, line: str) -> Iterator[str]:
         """The lines that follow ``line`` in its list, as far as the orders go."""

@@ -64,7 +64,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from localspec.drafters.field_lines import FieldOrder, next_lines
+from localspec.drafters.field_lines import MAX_BACK, FieldOrder, next_lines
 from localspec.drafters.fim_layout import first_suffix_line, middle_after_prefix, until_line
 from localspec.drafters.renames import RENAME_TOKENS, WordRenames, WordVocab, renamed_before_key
 from localspec.engine.drafting import Draft
@@ -84,7 +84,7 @@ REALIGN_DRAFT = 8
 AGREED_STRONG = 12
 STRONG_KEY = 12
 AGREEING_PLACES = 8
-# the tokens at the history's end read back for the lines a field list drafts from
+# the most tokens at the history's end read back for the lines a field list drafts from
 FIELD_TAIL = 256
 # a FIM middle's lookup whose key holds fewer of the middle's own tokens than this is a weak
 # match however long: the prefix's end recurs at every block's end, and which block comes
@@ -190,13 +190,27 @@ class NgramDrafter:
         where the prompt declared the fields' order; no draft elsewhere."""
         if self._fields is None or not self._fields.after or self._exact:
             return Draft()
-        tail = history[-FIELD_TAIL:].tolist()
-        following = next_lines(self._fields, self._text(tail))
+        following = next_lines(self._fields, self._last_lines(history, MAX_BACK + 1))
         if not following:
             return Draft()
         assert self._vocab is not None
         self._copy = None  # no copy to re-align with
         return Draft(self._vocab.tokenize(following, False, False)[:size_m])
+
+    def _last_lines(self, history: np.ndarray, lines: int) -> str:
+        """The text of the history's last ``lines`` whole lines and the line after them, read
+        back token by token (at most FIELD_TAIL): it runs every step."""
+        assert self._vocab is not None
+        pieces: list[bytes] = []
+        breaks = 0
+        for token in history[::-1][:FIELD_TAIL].tolist():
+            piece = self._vocab.piece(int(token))
+            breaks += piece.count(b"\n")
+            if breaks > lines:
+                pieces.append(piece[piece.rfind(b"\n") + 1 :])
+                break
+            pieces.append(piece)
+        return b"".join(reversed(pieces)).decode("utf-8", "replace")
 
     def _text(self, tokens: Sequence[int]) -> str:
         assert self._vocab is not None
