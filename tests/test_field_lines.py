@@ -110,3 +110,29 @@ def test_a_list_that_gives_each_name_a_value_of_its_own_is_not_drafted() -> None
     order = order_of(compose)
     assert order.after["image"] == "restart"
     assert next_lines(order, "  cache:\n    image: redis:7\n") == ""
+
+
+def test_a_mapping_names_its_field_anywhere_on_the_line() -> None:
+    """``profile.bio = form.cleaned_data["bio"]``: the field is not the line's first name."""
+    form = "class ProfileForm(forms.Form):\n    display_name = forms.CharField(max_length=80)\n"
+    form += "    bio = forms.CharField(widget=forms.Textarea, required=False)\n"
+    form += "    website = forms.URLField(required=False)\n"
+    written = '    profile.display_name = form.cleaned_data["display_name"]\n'
+    assert next_lines(order_of(form), written) == (
+        '    profile.bio = form.cleaned_data["bio"]\n'
+        '    profile.website = form.cleaned_data["website"]\n'
+    )
+
+
+def test_a_list_aligned_in_columns_keeps_its_column() -> None:
+    """gofmt pads a struct literal's names to one column: a longer or shorter name moves
+    the padding, not the column (one space at least)."""
+    row = "type OrderRow struct {\n\tID         int64\n\tCustomerID int64\n\tStatus     string\n}\n"
+    order = order_of(row)
+    written = "\treturn Order{\n\t\tID:         r.ID,\n"
+    following = "\t\tCustomerID: r.CustomerID,\n\t\tStatus:     r.Status,\n"
+    assert next_lines(order, written) == following
+    after_one = written + "\t\tCustomerID: r.CustomerID,\n"  # the padded line sets it still
+    assert next_lines(order, after_one) == "\t\tStatus:     r.Status,\n"
+    unaligned = "\treturn Order{\n\t\tID: r.ID,\n"
+    assert next_lines(order, unaligned) == "\t\tCustomerID: r.CustomerID,\n\t\tStatus: r.Status,\n"

@@ -22,6 +22,10 @@ DECLARED = re.compile(
     r"(?P<name>[A-Za-z_]\w*)(?P<after>[\"']?\s*[:=,\"']|\s+\w)"
 )
 NAME = re.compile(r"[A-Za-z_]\w*")
+# a line whose first name is padded to a column (gofmt's ``ID:         r.ID,``, aligned
+# assignments): the name with its quotes and colon, then the padding
+HEAD = re.compile(r"[ \t]*[\"']?[A-Za-z_]\w*[\"']?:?")
+ALIGNED = re.compile(HEAD.pattern + r"(?=  +\S)")
 # first words of statements, not of declarations
 KEYWORDS = frozenset(
     NAME.findall(
@@ -32,7 +36,7 @@ KEYWORDS = frozenset(
     )
 )
 MIN_RUN = 3  # lines a run needs to declare an order
-MAX_WORDS = 6  # a line with more words than this is prose, not a declaration
+MAX_WORDS = 12  # a line with more words than this is prose, not a declaration
 MAX_WORDS_SPACED = 4  # ... with a name and a space first (``Name string``, ``id INTEGER,``)
 MAX_LINES = 8  # lines drafted ahead at most
 MAX_BACK = 4  # lines before the one being written whose form it may take
@@ -62,30 +66,29 @@ class FieldOrder:
             self.after.update(pairwise(run))
 
     def declares(self, line: str) -> bool:
-        """Whether ``line`` is one of a list's lines (its first name declared in an order)."""
-        declared = _declared(line)
-        return declared is not None and self._known(declared[0])
+        """Whether ``line`` is one of a list's lines: it names declared fields twice (its
+        own name and the one it maps, ``profile.bio = form.cleaned_data["bio"]``)."""
+        return sum(self._known(name) for name in NAME.findall(line)) >= 2
 
-    def line_after(self, line: str) -> str | None:
+    def line_after(self, line: str, column_of: str | None = None) -> str | None:
         """``line`` (one of a list's lines) with each declared name in it replaced by the
-        next one; None where its first name has no next one, or where the line names no
-        field twice: a list that maps fields (``number=data["number"]``, ``invoiceId:
-        row.invoice_id``), not one that gives each a value of its own (``image: postgres``)."""
-        declared = _declared(line)
-        if declared is None or declared[0] not in self.after:
+        next one (padded to ``column_of``'s column, if that line is aligned: by default
+        its own); None where none has a next one, or where the line names no field twice:
+        a list that maps fields (``number=data["number"]``, ``invoiceId: row.invoice_id``),
+        not one that gives each a value of its own (``image: postgres``)."""
+        if not self.declares(line) or not any(n in self.after for n in NAME.findall(line)):
             return None
-        named = [name for name in NAME.findall(line) if self._known(name)]
-        if len(named) < 2:
-            return None
-        return NAME.sub(lambda m: self.after.get(m.group(0), m.group(0)), line)
+        following = NAME.sub(lambda m: self.after.get(m.group(0), m.group(0)), line)
+        return _aligned(following, column_of or line)
 
     def _known(self, name: str) -> bool:
         return name in self.after or name in self.after.values()
 
-    def lines_after(self, line: str) -> Iterator[str]:
-        """The lines that follow ``line`` in its list, as far as the orders go."""
+    def lines_after(self, line: str, column_of: str | None = None) -> Iterator[str]:
+        """The lines that follow ``line`` in its list, as far as the orders go (padded as
+        ``column_of`` is, by default ``line``)."""
         for _ in range(MAX_LINES + MAX_BACK):
-            following = self.line_after(line)
+            following = self.line_after(line, column_of or line)
             if following is None:
                 return
             yield following
@@ -105,6 +108,18 @@ def _declared(line: str) -> tuple[str, str, str] | None:
     return found["name"], found["indent"], (found["quote"] or "") + separator
 
 
+def _aligned(line: str, model: str) -> str:
+    """``line`` with what follows its first name starting at the column it starts at in
+    ``model`` (the line it was made from), where that is padded to a column: a shorter or
+    longer name keeps the alignment (at least one space)."""
+    head, model_head = HEAD.match(line), ALIGNED.match(model)
+    if head is None or model_head is None:
+        return line
+    column = len(model) - len(model[model_head.end() :].lstrip(" "))
+    rest = line[head.end() :].lstrip(" ")
+    return head.group(0) + " " * max(1, column - head.end()) + rest
+
+
 def next_lines(order: FieldOrder, text: str) -> str:
     """What follows ``text`` (the end of what was written) where its last lines are a list's:
     the rest of the line being written and the lines after it, in the form most of the list's
@@ -112,11 +127,15 @@ def next_lines(order: FieldOrder, text: str) -> str:
     differ: one writes ``date.fromisoformat(data["issued_on"])``, the others
     ``data["number"]``); "" where there is none."""
     *before, current = text.split("\n")
+    listed = list(before[-MAX_BACK:])
+    while listed and not order.declares(listed[0]):
+        listed = listed[1:]  # the list starts after this line
+    aligned = next((line for line in reversed(listed) if ALIGNED.match(line)), None)
     candidates: list[list[str]] = []
     for back in range(1, min(len(before), MAX_BACK) + 1):
         if back > 1 and not order.declares(before[-back + 1]):
             break  # the list starts after this line
-        lines = list(order.lines_after(before[-back]))
+        lines = list(order.lines_after(before[-back], aligned))
         if len(lines) < back:
             break
         if lines[back - 1].startswith(current):
