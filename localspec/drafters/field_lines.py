@@ -47,10 +47,11 @@ class FieldOrder:
 
     def __init__(self) -> None:
         self.after: dict[str, str] = {}
+        self._fields: set[str] = set()  # every name in an order (the keys and the values)
 
     def learn(self, text: str) -> None:
         """The orders declared in ``text`` (what was learnt before is forgotten)."""
-        self.after = {}
+        self.after, self._fields = {}, set()
         run: list[str] = []
         shape: tuple[str, str] | None = None
         for line in [*text.split("\n"), ""]:
@@ -64,11 +65,15 @@ class FieldOrder:
     def _note(self, run: list[str]) -> None:
         if len(run) >= MIN_RUN:
             self.after.update(pairwise(run))
+            self._fields.update(run)
 
     def declares(self, line: str) -> bool:
         """Whether ``line`` is one of a list's lines: it names declared fields twice (its
         own name and the one it maps, ``profile.bio = form.cleaned_data["bio"]``)."""
-        return sum(self._known(name) for name in NAME.findall(line)) >= 2
+        return self._maps(NAME.findall(line))
+
+    def _maps(self, names: list[str]) -> bool:
+        return sum(name in self._fields for name in names) >= 2
 
     def line_after(self, line: str, column_of: str | None = None) -> str | None:
         """``line`` (one of a list's lines) with each declared name in it replaced by the
@@ -76,13 +81,11 @@ class FieldOrder:
         its own); None where none has a next one, or where the line names no field twice:
         a list that maps fields (``number=data["number"]``, ``invoiceId: row.invoice_id``),
         not one that gives each a value of its own (``image: postgres``)."""
-        if not self.declares(line) or not any(n in self.after for n in NAME.findall(line)):
+        names = NAME.findall(line)
+        if not self._maps(names) or not any(name in self.after for name in names):
             return None
         following = NAME.sub(lambda m: self.after.get(m.group(0), m.group(0)), line)
         return _aligned(following, column_of or line)
-
-    def _known(self, name: str) -> bool:
-        return name in self.after or name in self.after.values()
 
     def lines_after(self, line: str, column_of: str | None = None) -> Iterator[str]:
         """The lines that follow ``line`` in its list, as far as the orders go (padded as
@@ -127,15 +130,15 @@ def next_lines(order: FieldOrder, text: str) -> str:
     differ: one writes ``date.fromisoformat(data["issued_on"])``, the others
     ``data["number"]``); "" where there is none."""
     *before, current = text.split("\n")
-    listed = list(before[-MAX_BACK:])
-    while listed and not order.declares(listed[0]):
-        listed = listed[1:]  # the list starts after this line
-    aligned = next((line for line in reversed(listed) if ALIGNED.match(line)), None)
-    candidates: list[list[str]] = []
-    for back in range(1, min(len(before), MAX_BACK) + 1):
-        if back > 1 and not order.declares(before[-back + 1]):
+    listed: list[str] = []  # the list's last lines, the nearest first
+    for line in reversed(before[-MAX_BACK:]):
+        if not order.declares(line):
             break  # the list starts after this line
-        lines = list(order.lines_after(before[-back], aligned))
+        listed.append(line)
+    aligned = next((line for line in listed if ALIGNED.match(line)), None)
+    candidates: list[list[str]] = []
+    for back, line in enumerate(listed, start=1):
+        lines = list(order.lines_after(line, aligned))
         if len(lines) < back:
             break
         if lines[back - 1].startswith(current):
