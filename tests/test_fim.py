@@ -62,8 +62,9 @@ def test_a_common_short_line_is_not_taken_for_the_suffix() -> None:
     assert not end.ended
 
 
+QUOTED_TEST = '  it("keeps commas inside quoted fields", () => {'
 LINES_OF_A_BLOCK = ["", "  });", '    expect(parse("a,b")).toEqual(["a", "b"]);', "    x = 1"]
-LINES_OF_A_BLOCK += ['  it("splits", () => {', "# Example usage:", "\t}"]
+LINES_OF_A_BLOCK += ['  it("splits", () => {', "# Example usage:", "\t}", QUOTED_TEST]
 HANDLER = "func (s *Server) handleGetInvoice(w http.ResponseWriter, r *http.Request) {\n"
 TEST_CASE = 'describe("parse", () => {\n  it("keeps commas", () => {\n'
 SIBLING = "class Ledger:\n    def paid(self):\n        return 1\n\n    def refunded(self):\n"
@@ -129,6 +130,24 @@ def test_a_block_written_twice_in_a_row_ends_the_middle_after_its_first_copy() -
     assert fed(end, case * 3 + '  it("sp', [7]) == case and end.ended
     closing = "    }\n  }\n    }\n  }\n"
     assert fed(MiddleEnd.of(FimPrompt("", "x\n")), closing, [3]) == closing
+
+
+def test_a_middle_that_opens_its_first_block_again_ends_before_it() -> None:
+    """A small model that began by writing the cursor's ``it(`` line again, closed the test
+    and opens it once more: the middle ends as soon as that line is whole, not after the
+    second copy. The line written again inside the block, before the block has closed, or a
+    first line that opens no block, is kept."""
+    body = '    expect(parseCsvLine("a,b")).toEqual(["a", "b"]);\n  });\n\n'
+    test = QUOTED_TEST + "\n" + body
+    end = MiddleEnd.of(FimPrompt(TEST_CASE, "  });\n});\n"))
+    assert fed(end, test + QUOTED_TEST + "\n", [4]) == test and end.ended
+    inside = QUOTED_TEST + "\n  " + QUOTED_TEST + "\n"
+    assert fed(MiddleEnd.of(FimPrompt(TEST_CASE, "x\n")), inside, [4]) == inside
+    unclosed = QUOTED_TEST + "\n    x = 1;\n" + QUOTED_TEST + "\n"
+    assert fed(MiddleEnd.of(FimPrompt(TEST_CASE, "x\n")), unclosed, [4]) == unclosed
+    statement = '  total = sum(row["amount"] for row in rows)\n  rows = []\n'
+    twice = statement + statement.split("\n")[0] + "\n"
+    assert fed(MiddleEnd.of(FimPrompt("def f(rows):\n", "x\n")), twice, [4]) == twice
 
 
 @given(
@@ -280,7 +299,7 @@ LINES = ["  };", "}", "", "  ", "    x = 1;  ", "export function throttle(fn, ms
 LINES += ['if __name__ == "__main__":', "    main()", "def main():", "    print(area(2.0))"]
 LINES += ["    if (timer) {", "\t", "x", "    main()  ", "def other(x):", "@cache", "de", "class"]
 LINES += ["print(x)", "async function later() {", "  });", "    def g(self):", "\t}"]
-LINES += ["# Example usage:", "else:", "#endif", 's = """', "        deep = 1"]
+LINES += ["# Example usage:", "else:", "#endif", 's = """', "        deep = 1", QUOTED_TEST]
 
 
 @given(

@@ -206,7 +206,10 @@ class MiddleEnd:
       (``else:``, ``case``, a label, a preprocessor directive) or is text in a string;
     - a loop: a line written ``REPEATS`` times in a row ends the middle after its first
       copy (a small model that writes one ``assert`` over and over to its token limit), as
-      does a block of lines written twice in a row (``LOOP_LINES``, ``LOOP_CHARS``);
+      does a block of lines written twice in a row (``LOOP_LINES``, ``LOOP_CHARS``), and a
+      block the middle began with, opened again at its level once it has closed: the
+      header line written again (``it("keeps commas", () => {`` after the test's ``});``)
+      ends the middle before it, without waiting for the second copy;
     - once the model has ended: lines it ended on that the suffix starts with (a closing
       ``};`` the suffix already has), or that the suffix ends with (the file's last lines,
       written again after skipping what came before them), are dropped, with the blank lines
@@ -290,6 +293,8 @@ class MiddleEnd:
             if self._opens_definition(lines, i):
                 return self._cut(lines, i)
             if whole and (self._leaves_block(lines, i) or self._below_block(lines, i)):
+                return self._cut(lines, i)
+            if whole and lines[i].rstrip() == self._reopened_head(lines, i):
                 return self._cut(lines, i)
             if whole and self._copies(lines, i) >= REPEATS:
                 return self._cut(lines, i - REPEATS + 2)
@@ -383,6 +388,22 @@ class MiddleEnd:
                     earliest = start
         return earliest
 
+    def _reopened_head(self, lines: list[str], i: int) -> str | None:
+        """The middle's first line if it opens a block (``LOOP_CHARS`` of text or more) that
+        has closed before line ``i`` (a line at its level, none below it, between them):
+        line ``i`` written as that line opens the block again (None: no such line)."""
+        first = 0 if self._at_line_start else 1
+        head = next((k for k in range(first, i) if lines[k].strip()), None)
+        if head is None:
+            return None
+        line = lines[head].rstrip()
+        opens = _bracket_depth([line]) > 0 or line.endswith(":")
+        if len(line.strip()) < LOOP_CHARS or not opens:
+            return None
+        level = _indent(line)
+        between = [_indent(text) for text in lines[head + 1 : i] if text.strip()]
+        return line if level in between and min(between) >= level else None
+
     def _copies(self, lines: list[str], i: int) -> int:
         """How many copies in a row of line ``i`` end there (0 for a blank line; the first
         line counts when the cursor is at a line's start: it is then a whole line)."""
@@ -433,6 +454,9 @@ class MiddleEnd:
         run = self._copies(lines, last - 1) if last >= 1 else 0
         if run and lines[last - 1].rstrip().startswith(lines[last].rstrip()):
             hold = min(hold, last - run + 1)  # a loop's second copy and on may be cut
+        head = self._reopened_head(lines, last) if last >= 1 else None
+        if head is not None and lines[last] and head.startswith(lines[last].rstrip()):
+            hold = min(hold, last)  # the block the middle began with may be opening again
         copy = self._may_copy_block(lines, last) if last >= 1 else None
         if copy is not None:
             hold = min(hold, copy)  # a block's second copy may be being written
