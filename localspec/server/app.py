@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from localspec.api import Engine, Prompt, validate_sampling
 from localspec.engine.fim import FimPrompt
+from localspec.engine.fim_fit import fitted
 from localspec.engine.grammar import schema_grammar
 from localspec.engine.loop import TokenLogprob
 from localspec.engine.scheduler import StepFigures
@@ -273,6 +274,8 @@ class Server:
                 ) from None
         if prompt is None:
             prompt = prompt_of(req)
+        if isinstance(prompt, FimPrompt):
+            prompt = fitted(self.engine.target, prompt, self.fim_room(req.token_limit))
         constraints = self.constraints(req)
         try:
             validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
@@ -303,6 +306,13 @@ class Server:
             **constraints,
         )
         return {"prompt": prompt, "settings": settings, "n_prompt": n_prompt}
+
+    def fim_room(self, token_limit: int | None) -> int:
+        """The tokens a completion's prompt may take: the context less the middle's room
+        (its token limit, or a quarter of the context without one; at most half)."""
+        n_ctx = self.engine.target.n_ctx
+        answer = token_limit if token_limit is not None and token_limit > 0 else n_ctx // 4
+        return n_ctx - min(answer, n_ctx // 2)
 
     async def start(self, request: Request, args: dict[str, Any]) -> GenerationStream:
         await self.take_turn(request)
