@@ -66,13 +66,15 @@ QUOTED_TEST = '  it("keeps commas inside quoted fields", () => {'
 LINES_OF_A_BLOCK = ["", "  });", '    expect(parse("a,b")).toEqual(["a", "b"]);', "    x = 1"]
 LINES_OF_A_BLOCK += ['  it("splits", () => {', "# Example usage:", "\t}", QUOTED_TEST]
 HANDLER = "func (s *Server) handleGetInvoice(w http.ResponseWriter, r *http.Request) {\n"
+IF_BLOCK = "def f(a):\n    if a:\n"
 TEST_CASE = 'describe("parse", () => {\n  it("keeps commas", () => {\n'
 SIBLING = "class Ledger:\n    def paid(self):\n        return 1\n\n    def refunded(self):\n"
 
 
 def test_a_middle_that_closes_the_block_the_suffix_closes_ends_before_it() -> None:
     """The model finished the function at the cursor and closed it, or went on to the next
-    test or method: the suffix already closes the block (no doubled ``}``)."""
+    test or method, or the statement after the block: the suffix already closes the block
+    (no doubled ``}``) or goes on after it."""
     body = "\tinvoice := s.store.Invoice(id)\n\tif invoice == nil {\n\t\treturn\n\t}\n"
     end = MiddleEnd.of(FimPrompt(HANDLER, "}\n"))
     assert fed(end, body + "}\n\nfunc (s *Server) other() {\n", [4]) == body and end.ended
@@ -83,6 +85,12 @@ def test_a_middle_that_closes_the_block_the_suffix_closes_ends_before_it() -> No
     written = method + "    def pending(self):\n        return 3\n"
     sibling = FimPrompt(SIBLING, "    def balance(self):\n        return 0\n")
     assert fed(MiddleEnd.of(sibling), written, [2]) == method
+    after = "    y = 2\n"  # a statement after the method, where the suffix goes on
+    assert fed(MiddleEnd.of(FimPrompt(SIBLING, "    z = 3\n")), "        x = 1\n" + after, []) == (
+        "        x = 1\n"
+    )
+    at_cursor = FimPrompt("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n")
+    assert fed(MiddleEnd.of(at_cursor), "return a + b\n\nprint(add(5, 3))\n", [3]) == "return a + b"
 
 
 def test_a_middle_keeps_its_own_closing_lines_and_text_at_the_suffix_s_level() -> None:
@@ -94,8 +102,8 @@ def test_a_middle_keeps_its_own_closing_lines_and_text_at_the_suffix_s_level() -
     assert fed(MiddleEnd.of(FimPrompt(HANDLER, "")), closed, []) == closed
     query = '    rows = db.run("""\nSELECT id\nFROM t\n""")\n    return rows\n'
     assert fed(MiddleEnd.of(FimPrompt("def load(db):\n", "\nprint(1)\n")), query, [3]) == query
-    deeper = "        x = 1\n    y = 2\n"  # at the suffix's level, but closing nothing
-    assert fed(MiddleEnd.of(FimPrompt(SIBLING, "    z = 3\n")), deeper, []) == deeper
+    branch = "        a = 1\n    else:\n        a = 2\n"  # at the suffix's level, continuing
+    assert fed(MiddleEnd.of(FimPrompt(IF_BLOCK, "    return a\n")), branch, [2]) == branch
 
 
 def test_a_middle_that_goes_below_the_block_the_suffix_is_in_ends_before_it() -> None:
@@ -189,6 +197,8 @@ def test_a_middle_that_opens_a_code_fence_ends_before_it() -> None:
     out = fed(end, "    a += 1;\n  }\n}\n```\n\nThis function adds one.", [4])
     assert end.ended and out == "    a += 1;\n  }\n}\n"
     assert fed(MiddleEnd.of(fim), "x\n  ```js\nprose", [1]) == "x\n"  # indented, or named
+    # the token limit ends the text on a fence's first backticks: not sent as code
+    assert fed(MiddleEnd.of(fim), "    a += 1;\n``", [2]) == "    a += 1;\n"
 
 
 def test_a_file_that_has_fences_keeps_them_in_the_middle() -> None:
@@ -218,7 +228,8 @@ def test_a_middle_that_ends_on_the_suffix_s_first_lines_leaves_them_out() -> Non
 def test_a_middle_that_ends_on_the_suffix_s_last_lines_leaves_them_out() -> None:
     """The model skipped ``main`` and wrote the file's end: the suffix has it."""
     body = "    return math.pi * radius ** 2"
-    assert fed(MiddleEnd(AREA_SUFFIX), body + AREA_MAIN, [5]) == body
+    # (the statement at the suffix's level after the body ends it too, keeping one newline)
+    assert fed(MiddleEnd(AREA_SUFFIX), body + AREA_MAIN, [5]).rstrip("\n") == body
     # one common closing line is no file's end: a function may well end as the suffix's does
     common = "\n\ndef g(x):\n    y = x + 1\n    return result\n"
     middle = "    result = 2 * x\n    return result\n"
@@ -251,8 +262,8 @@ def test_a_definition_is_kept_where_it_is_the_middle_s_own_start_or_the_file_has
     assert written == "\n" + one.rstrip("\n")  # the new lines after it are the suffix's
     notes = "The importer:\nclass names come from the header.\n"
     assert fed(MiddleEnd.of(FimPrompt("# Notes\n", "")), notes, [1]) == notes
-    calls = ORDERS_BODY + "\n\nprint(load_orders(PATH))\nfunctional = True\n"
-    assert fed(MiddleEnd.of(FimPrompt(LOADERS, TOTALS)), calls, [2]) == calls
+    calls = "print(load_orders(PATH))\nfunctional = True\n"  # no ``function`` keyword
+    assert fed(MiddleEnd.of(top), calls, [2]) == calls
 
 
 def test_a_middle_that_loops_on_one_line_ends_after_its_first_copy() -> None:
@@ -623,6 +634,17 @@ def test_a_middle_that_loops_ends_after_the_line_s_first_copy(base: str) -> None
     for content in (infill["content"], "".join(event["content"] for event in events)):
         lines = [line for line in content.split("\n") if line.strip()]
         assert len(lines) == len(set(lines)) >= 2, content
+
+
+def test_a_prefix_that_ends_inside_the_cursor_s_line_is_typed_text(base: str) -> None:
+    """An /infill whose ``input_prefix`` ends on the cursor's indentation (no ``prompt``,
+    nothing after the cursor: the file's end): the indentation is healed as typed text is,
+    and the middle does not indent its first line a second time."""
+    body = {"input_prefix": "def f():\n    ", "input_suffix": "", "n_predict": 8}
+    r = post(base, "/infill", {**body, "temperature": 0})
+    assert r.status_code == 200, r.text
+    content = r.json()["content"]
+    assert content.strip() and not content[0].isspace(), content
 
 
 def test_openai_suffix_is_the_same_middle(base: str) -> None:

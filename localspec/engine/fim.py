@@ -197,9 +197,12 @@ class MiddleEnd:
     - a block left: a line indented less than the middle's first line (the cursor's line
       when it is not at a line's start), at the level of the suffix's first line, ends the
       middle before it where it closes a bracket the middle did not open (``}``, ``});``)
-      and the suffix's first line closes one too, or where it opens a definition (a
-      sibling method): the model finished the block at the cursor, and the suffix closes
-      it or goes on after it (Tabby's scope rule; a doubled ``}`` otherwise);
+      and the suffix's first line closes one too, where it opens a definition (a sibling
+      method), or where it is a statement (``print(add(5, 3))`` after a function's body,
+      above the suffix's ``print(add(1, 2))``): the model finished the block at the cursor,
+      and the suffix closes it or goes on after it (Tabby's scope rule; a doubled ``}`` or
+      a line like the suffix's next otherwise). A closing line of the middle's own
+      brackets, a branch that continues the block (``else:``) and a string's text are kept;
     - a block below: a line indented less than both the middle's block and the suffix's
       first line ends the middle before it (example usage at column 0 after a method,
       where the suffix goes on inside the class), unless it may lead back into the suffix
@@ -288,7 +291,7 @@ class MiddleEnd:
             # each cut leaves out the blank lines the suffix starts with (``_cut``)
             if self.n_indent and line.strip() and _indent(line) < self.n_indent:
                 return self._cut(lines, i)
-            if self._fence_ends and line.lstrip().startswith(FENCE):
+            if self._fence_ends and self._opens_fence(line, final and i == len(lines) - 1):
                 return self._cut(lines, i)
             if self._opens_definition(lines, i):
                 return self._cut(lines, i)
@@ -302,6 +305,16 @@ class MiddleEnd:
                 return self._cut(lines, copy)
             if whole and self._rejoins(lines, i, final):
                 return self._cut(lines, i)
+
+    @staticmethod
+    def _opens_fence(line: str, cut_short: bool) -> bool:
+        """Whether ``line`` opens a code fence (``cut_short``: the token limit ended the
+        text on it, and what it holds so far may only be the start of one: held back while
+        streaming, it is not sent as the completion's last line)."""
+        written = line.strip()
+        return written.startswith(FENCE) or (
+            cut_short and bool(written) and FENCE.startswith(written)
+        )
 
     def _opens_definition(self, lines: list[str], i: int, begun: bool = False) -> bool:
         """Line ``i`` opens a definition (``begun``: may be opening one) after code."""
@@ -332,13 +345,16 @@ class MiddleEnd:
 
     def _leaves_block(self, lines: list[str], i: int) -> bool:
         """Whole line ``i`` leaves the middle's block at the suffix's level (see the class
-        docstring): it closes a bracket opened before the middle, or opens a definition."""
-        if not lines[i].strip() or not self._may_leave_block(lines, i):
+        docstring): it closes a bracket opened before the middle where the suffix closes
+        one too, opens a definition, or is a statement after the block."""
+        line = lines[i]
+        if not line.strip() or not self._may_leave_block(lines, i):
             return False
-        if DEFINITION.match(lines[i].lstrip()):
+        if DEFINITION.match(line.lstrip()):
             return True
-        closes = _bracket_depth(lines[:i]) + _lowest_depth(lines[i]) < 0
-        return closes and self._suffix_closes
+        if _lowest_depth(line) < 0:  # a closing line: the block's own, or the middle's
+            return _bracket_depth(lines[:i]) + _lowest_depth(line) < 0 and self._suffix_closes
+        return not CONTINUES.match(line.lstrip()) and not self._in_long_string(lines, i)
 
     def _below_levels(self, lines: list[str], i: int) -> bool:
         """Whether line ``i`` (whole or not) is indented less than both the middle's block
@@ -354,8 +370,13 @@ class MiddleEnd:
         line = lines[i]
         if not line.strip() or not self._below_levels(lines, i) or CONTINUES.match(line.lstrip()):
             return False
+        return not self._in_long_string(lines, i)
+
+    def _in_long_string(self, lines: list[str], i: int) -> bool:
+        """Whether line ``i`` is text inside a string of several lines (Python's triple
+        quotes, a template literal) opened before it."""
         before = self.prefix + "\n".join(lines[:i])
-        return len(LONG_STRING.findall(before)) % 2 == 0  # not a string's text
+        return len(LONG_STRING.findall(before)) % 2 == 1
 
     def _block_copy(self, lines: list[str], i: int) -> int | None:
         """Where a second copy in a row of a block of lines ending at whole line ``i``

@@ -115,8 +115,10 @@ class InfillBody(LlamaCompletionBody):
     t_max_predict_ms: StrictInt = Field(default=0, ge=0)
 
     def fim(self) -> FimPrompt:
+        """The prompt to fill: a prefix that ends inside the cursor's line (not at a new
+        line) is that line's start, typed as ``prompt`` is (its last token healed)."""
         extra = tuple(ExtraFile(c.text, c.filename) for c in self.input_extra)
-        return FimPrompt(self.input_prefix, self.input_suffix, extra, self.text)
+        return FimPrompt.at_cursor(self.input_prefix + self.text, self.input_suffix, extra)
 
 
 class CompletionRoutes:
