@@ -7,6 +7,7 @@ import contextlib
 import difflib
 import errno
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str, prog: str | None = None, hint: str = "") -> NoReturn:
         prog = prog or self.prog
-        hint = hint or f"see `{prog} --help`"
+        hint = hint or self._meant_command(message) or f"see `{prog} --help`"
         self.exit(2, f"{prog}: error: {message}\n  hint: {hint}\n")
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
@@ -48,6 +49,13 @@ class Parser(argparse.ArgumentParser):
         known = [f for f in parser._option_string_actions if f.startswith("--")]
         close = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.75)
         return f"did you mean {close[0]}? (`{parser.prog} --help` lists them)" if close else ""
+
+    def _meant_command(self, message: str) -> str:
+        """``did you mean serve?`` for a mistyped command, or nothing."""
+        typed = re.match(r"argument command: invalid choice: '([^']*)'", message)
+        commands = list(self._command_parsers())
+        close = difflib.get_close_matches(typed[1], commands, n=1, cutoff=0.6) if typed else []
+        return f"did you mean {close[0]}? (`{self.prog} --help` lists them)" if close else ""
 
     def _command_parsers(self) -> dict[str, argparse.ArgumentParser]:
         for action in self._actions:

@@ -242,7 +242,7 @@ def test_seed_minus_one_is_a_random_seed(smollm_path: Path) -> None:
 def test_context_zero_is_the_models_trained_length(smollm_path: Path) -> None:
     done = localspec("run", str(smollm_path), "-p", "hi", "-n", "2", "-c", "0", "--json")
     assert done.returncode == 0, done.stderr
-    assert "context: 8192 tokens (-c 0: the model's trained length)" in done.stderr
+    assert "context: 8192 tokens (-c 0: the model's trained length, 8192)" in done.stderr
     assert json.loads(done.stdout)["n_tokens"] == 2
 
 

@@ -179,3 +179,8 @@ def test_run_reads_the_prompt_from_standard_input(smollm_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0 and "[ngram-simple] 4 tokens" in done.stderr, done.stderr
+
+
+def test_a_mistyped_command_is_pointed_to_the_one_meant(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert "hint: did you mean serve?" in error_of(capsys, "serv", "qwen2.5-coder-0.5b")
+    assert "did you mean" not in error_of(capsys, "xyzzy")

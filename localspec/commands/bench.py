@@ -311,10 +311,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--temps",
         default="0",
-        help="comma-separated temperatures (--concurrency: the first one)",
+        help="comma-separated temperatures (default 0; --concurrency: the first one)",
     )
-    p.add_argument("-n", "--n-predict", type=at.count, default=128, help="tokens per run")
-    p.add_argument("--repeat", type=at.count, default=3, help="interleaved repeats")
+    p.add_argument(
+        "-n", "--n-predict", type=at.count, default=128, help="tokens per run (default 128)"
+    )
+    p.add_argument("--repeat", type=at.count, default=3, help="interleaved repeats (default 3)")
     p.add_argument("--json", default=None, metavar="OUT", help="write JSON results")
     p.add_argument("--markdown", default=None, metavar="OUT.md", help="write a table")
     p.add_argument(

@@ -109,7 +109,7 @@ SPEC_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
         "--spec-draft-p-min",
         at.probability,
         0.0,
-        "stop drafting when the draft's top probability is below this",
+        "stop drafting when the draft's top probability is below this (default 0)",
     ),
     ("--spec-ngram-simple-size-n", at.count, 12, "length of the lookup n-gram (default 12)"),
     ("--spec-ngram-simple-size-m", at.count, 48, "length of the drafted m-gram (default 48)"),

@@ -140,7 +140,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    p = sub.add_parser(
+        "serve",
+        help="HTTP server: OpenAI, Anthropic Messages, Ollama and llama.cpp (/infill) routes",
+    )
     add_model_flags(p)
     add_spec_flags(p)
     add_memory_flags(p, on_by_default=True)

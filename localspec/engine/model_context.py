@@ -114,6 +114,14 @@ class ModelContext:
 
     reused = 0  # tokens of the last prompt evaluated whose cache was kept
 
+    def _trained_length_note(self, n_seq: int) -> str:
+        """How ``-c 0`` came to this context size: the model's trained length, which
+        llama.cpp shares out between the sequences of one context."""
+        trained = llama_cpp.llama_model_n_ctx_train(self.model)
+        if n_seq > 1:
+            return f" a slot (-c 0: the model's trained length, {trained}, shared by {n_seq} slots)"
+        return f" (-c 0: the model's trained length, {trained})"
+
     def __init__(
         self,
         path: Path,
@@ -133,7 +141,7 @@ class ModelContext:
         self.owner = True  # frees the model and the context (a sequence view does not)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // max(1, options.n_seq)
         if options.n_ctx == 0:
-            status(f"context: {self.n_ctx} tokens (-c 0: the model's trained length)")
+            status(f"context: {self.n_ctx} tokens{self._trained_length_note(options.n_seq)}")
         # llama.cpp caps the batch at the context size: ask it rather than trust the request.
         self.n_batch = min(llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.flash_attn = flash_attn_setting(options)  # as llama.cpp was told
