@@ -274,11 +274,11 @@ class Server:
                 ) from None
         if prompt is None:
             prompt = prompt_of(req)
-        if isinstance(prompt, FimPrompt):
-            prompt = fitted(self.engine.target, prompt, self.fim_room(req.token_limit))
         constraints = self.constraints(req)
         try:
             validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
+            if isinstance(prompt, FimPrompt):  # a model without FIM tokens: a 400 here
+                prompt = fitted(self.engine.target, prompt, self.fim_room(req.token_limit))
             n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
         except LocalspecError as exc:
             raise ApiError(400, exc.message) from None
