@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from localspec.engine.fim import ExtraFile, FimPrompt, FimVocab, fim_tokens, missing_fim_tokens
+from localspec.engine.fim import ExtraFile, FimPrompt, FimVocab, fim_tokens
 
 # an over-long prompt keeps its prefix's last lines in this share of the room, as
 # llama-server's /infill does (3 to 1 for the prefix against the suffix)
@@ -22,8 +22,8 @@ def fitted(vocab: FimVocab, fim: FimPrompt, room: int) -> FimPrompt:
     first (llama.vim sends the most recent last; the one that does not fit whole keeps its
     last lines). Cut at whole lines: the next keystroke's prompt is cut the same way and
     lands on the cache. What the typed line alone cannot fit is left to the caller."""
-    if missing_fim_tokens(vocab) or len(fim_tokens(vocab, fim)) <= room:
-        return fim  # (a model without FIM tokens is refused where the prompt is read)
+    if len(fim_tokens(vocab, fim)) <= room:
+        return fim
 
     def count(text: str) -> int:
         return len(vocab.tokenize(text, add_special=False, parse_special=False)) if text else 0

@@ -277,9 +277,11 @@ class Server:
         constraints = self.constraints(req)
         try:
             validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
-            if isinstance(prompt, FimPrompt):  # a model without FIM tokens: a 400 here
-                prompt = fitted(self.engine.target, prompt, self.fim_room(req.token_limit))
             n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
+            room = self.fim_room(req.token_limit)
+            if isinstance(prompt, FimPrompt) and n_prompt > room:  # read again only if cut
+                prompt = fitted(self.engine.target, prompt, room)
+                n_prompt = len(self.engine.tokenize_prompt(prompt))
         except LocalspecError as exc:
             raise ApiError(400, exc.message) from None
         where = "messages" if isinstance(req, ChatRequest) else "prompt"
