@@ -37,8 +37,9 @@ def fitted(vocab: FimVocab, fim: FimPrompt, room: int) -> FimPrompt:
 
 
 def _fitted_file(fim: FimPrompt, room: int, count: Callable[[str], int]) -> FimPrompt:
-    """The edited file's prefix and suffix in ``room`` tokens: the suffix's first lines in
-    what the prefix leaves of its share, the prefix's last lines in the rest."""
+    """The edited file's prefix and suffix in ``room`` tokens: the prefix's last lines in
+    all but what the suffix may claim (a quarter of the room, or what the prefix does not
+    need), then the suffix's first lines in what the prefix left."""
     prefix_lines = fim.prefix.splitlines(keepends=True)
     suffix_lines = fim.suffix.splitlines(keepends=True)
     prefix_sizes = [count(line) for line in prefix_lines]
