@@ -47,21 +47,26 @@ class Parser(argparse.ArgumentParser):
         if not flags or parser is None:
             return ""
         known = [f for f in parser._option_string_actions if f.startswith("--")]
-        close = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.75)
-        return f"did you mean {close[0]}? (`{parser.prog} --help` lists them)" if close else ""
+        return _did_you_mean(flags[0], known, 0.75, parser.prog)
 
     def _meant_command(self, message: str) -> str:
         """``did you mean serve?`` for a mistyped command, or nothing."""
         typed = re.match(r"argument command: invalid choice: '([^']*)'", message)
-        commands = list(self._command_parsers())
-        close = difflib.get_close_matches(typed[1], commands, n=1, cutoff=0.6) if typed else []
-        return f"did you mean {close[0]}? (`{self.prog} --help` lists them)" if close else ""
+        return (
+            _did_you_mean(typed[1], list(self._command_parsers()), 0.6, self.prog) if typed else ""
+        )
 
     def _command_parsers(self) -> dict[str, argparse.ArgumentParser]:
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
                 return dict(action.choices)
         return {}
+
+
+def _did_you_mean(typed: str, known: list[str], cutoff: float, prog: str) -> str:
+    """The hint for a mistyped ``typed``: the closest of ``known``, or nothing."""
+    close = difflib.get_close_matches(typed, known, n=1, cutoff=cutoff)
+    return f"did you mean {close[0]}? (`{prog} --help` lists them)" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
