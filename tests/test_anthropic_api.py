@@ -304,12 +304,13 @@ BAD_BODIES = [
     (
         {
             "messages": user_says(
-                [{"type": "tool_result", "tool_use_id": "a", "content": [DOCUMENT]}]
+                [{"type": "tool_result", "tool_use_id": "a", "content": [{"type": "x"}]}]
             ),
             "max_tokens": 4,
         },
-        "'document'",
+        "content.0.content.0: only 'text' blocks",
     ),
+    ({"messages": user_says("word " * 3000), "max_tokens": 4}, "prompt is too long: "),
     ({"messages": ASK, "max_tokens": 4, "system": [{"type": "image"}]}, "system.0"),
     ({"messages": ASK, "max_tokens": 4, "tool_choice": {"type": "any"}}, "tool_choice"),
     ({"messages": ASK, "max_tokens": 4, "tools": [WEATHER], "tool_choice": {"type": "x"}}, "'x'"),
@@ -341,6 +342,23 @@ def test_bad_input_is_a_400_in_anthropic_s_shape(base: str, body: Any, words: st
     error = r.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert words in error["error"]["message"]
+
+
+def test_a_screenshot_a_tool_returns_is_said_not_refused(client: anthropic.Anthropic) -> None:
+    """Claude Code's Read tool returns images and PDFs in a tool result: refused, it would
+    stay in the conversation and every later turn would be refused with it."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf"}}
+    content = [{"type": "text", "text": "Read 2 files"}, image, DOCUMENT, pdf]
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": content}
+    call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}
+    history = [*PARIS, {"role": "assistant", "content": [call]}, *user_says([result])]
+    said = chat_body(MessagesRequest.model_validate({"max_tokens": 4, "messages": history}))
+    assert said["messages"][-1]["content"] == (
+        "Read 2 files\n[image not shown: this model reads text only]\nx\n"
+        "[document not shown: this model reads text only]"
+    )
+    assert ask(client, history, tokens=4).stop_reason in ("end_turn", "max_tokens")
 
 
 def test_malformed_json_and_a_wrong_method(base: str) -> None:

@@ -91,6 +91,9 @@ def test_max_completion_tokens_wins(client: openai.OpenAI) -> None:
     )
     assert reply.usage.completion_tokens <= 7
     assert reply.choices[0].finish_reason == "length"
+    # -1: llama-server's "no limit", as llama.vscode sends it; a stop bounds the answer here
+    unbounded = ask(client, [{"role": "user", "content": "Hi"}], max_tokens=-1, stop=["\n"])
+    assert unbounded.choices[0].finish_reason == "stop"
 
 
 def test_null_means_the_default(base: str) -> None:

@@ -390,6 +390,26 @@ def test_a_tool_call_comes_back_with_object_arguments(qwen: ollama.Client, qwen_
     assert answer.message.content and not answer.message.tool_calls
 
 
+def test_a_python_function_with_a_union_parameter_as_a_tool(
+    qwen: ollama.Client, qwen_name: str
+) -> None:
+    """The client writes ``city: str | int`` as ``"type": "integer, string"`` (one string
+    naming both types); Ollama takes it, and so must this server."""
+
+    def get_weather(city: str | int) -> str:
+        """The current weather in a city.
+
+        Args:
+            city: The city's name or its postal code
+        """
+        return "sunny"
+
+    options = {**GREEDY, "num_predict": 48}
+    whole = qwen.chat(model=qwen_name, messages=ASK_WEATHER, tools=[get_weather], options=options)
+    (call,) = whole.message.tool_calls or []
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+
+
 def test_json_format_and_a_schema(qwen: ollama.Client, qwen_name: str) -> None:
     options = {**GREEDY, "num_predict": 64}
     ask = [{"role": "user", "content": "Bob is 31 years old. Describe him as JSON."}]

@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from localspec.engine.grammar import schema_grammar
+from localspec.engine.schema_checks import reference_problem, shape_problem
 from localspec.errors import LocalspecError
 
 Tool = dict[str, Any]
 # OpenAI: a function without parameters takes none
 NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
+ANY_ARGUMENTS = {"type": "object"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,11 @@ def function_of(tool: Tool) -> dict[str, Any]:
 
 
 def check_tools(tools: Sequence[Tool]) -> None:
-    """Each tool must be ``{"type": "function", "function": {"name": ..., ...}}``."""
+    """Each tool must be ``{"type": "function", "function": {"name": ..., ...}}``, its
+    parameters a well-formed JSON schema (as the provider APIs check them). They are not
+    compiled here: the model reads them as sent, and a schema the grammar converter cannot
+    take (a lookahead in a ``pattern``, as zod writes an e-mail field) is one those APIs
+    accept; only a required call is shaped by it (``arguments_schema``)."""
     for i, tool in enumerate(tools):
         function = function_of(tool)
         if tool.get("type", "function") != "function" or not isinstance(function, dict):
@@ -63,11 +69,20 @@ def check_tools(tools: Sequence[Tool]) -> None:
         parameters = function.get("parameters", {})
         if not isinstance(parameters, dict):
             raise LocalspecError(f"tools[{i}].function.parameters: must be a JSON schema object")
-        if parameters:
-            try:
-                schema_grammar(parameters)
-            except LocalspecError as exc:
-                raise LocalspecError(f"tools[{i}].function.parameters: {exc.message}") from None
+        if (problem := shape_problem(parameters) or reference_problem(parameters)) is not None:
+            raise LocalspecError(f"tools[{i}].function.parameters: {problem}")
+
+
+def arguments_schema(function: dict[str, Any]) -> dict[str, Any]:
+    """What a required call's arguments are held to: the function's parameters, or any JSON
+    object where the converter cannot compile them (the call's name is still held to the
+    tools'): a client's tool is not refused for a schema its provider accepts."""
+    parameters = function.get("parameters") or NO_ARGUMENTS
+    try:
+        schema_grammar(parameters)
+    except LocalspecError:
+        return ANY_ARGUMENTS
+    return parameters
 
 
 def call_schema(tools: Sequence[Tool], arguments_key: str = "arguments") -> dict[str, Any]:
@@ -75,11 +90,13 @@ def call_schema(tools: Sequence[Tool], arguments_key: str = "arguments") -> dict
     options = []
     for tool in tools:
         function = function_of(tool)
-        parameters = function.get("parameters") or NO_ARGUMENTS
         options.append(
             {
                 "type": "object",
-                "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
+                "properties": {
+                    "name": {"const": function["name"]},
+                    arguments_key: arguments_schema(function),
+                },
                 "required": ["name", arguments_key],
             }
         )

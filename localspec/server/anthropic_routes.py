@@ -131,15 +131,40 @@ def block_text(block: dict[str, Any], where: str) -> str:
     return text
 
 
-def joined_text(blocks: list[Any], where: str) -> str:
-    """The text of a list of text blocks (a system prompt, a tool's result)."""
+def joined_text(blocks: list[Any], where: str, first: int = 0) -> str:
+    """The text of a list of text blocks (a system prompt, a tool's result), the first at
+    index ``first`` of ``where``."""
     texts = []
-    for i, block in enumerate(blocks):
+    for i, block in enumerate(blocks, start=first):
         here = f"{where}.{i}"
         if not isinstance(block, dict) or block_type(block, here) != "text":
             raise refused(here, "only 'text' blocks are accepted here")
         texts.append(block_text(block, here))
     return "\n".join(texts)
+
+
+def result_text(blocks: list[Any], where: str) -> str:
+    """A tool result's text. What the model cannot read (a screenshot or a PDF that Claude
+    Code's Read tool returns) is said in a line in its place rather than refused: a refused
+    result stays in the conversation, and every later turn would be refused with it. A
+    document given as plain text is read."""
+    texts = []
+    for i, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind in TEXT_ONLY:
+            texts.append(plain_document(block) or f"[{kind} not shown: this model reads text only]")
+        else:
+            texts.append(joined_text([block], where, first=i))
+    return "\n".join(texts)
+
+
+def plain_document(block: dict[str, Any]) -> str | None:
+    """A ``document`` block's text where its source is plain text, else None."""
+    source = block.get("source")
+    if isinstance(source, dict) and source.get("type") == "text":
+        data = source.get("data")
+        return data if isinstance(data, str) else None
+    return None
 
 
 def system_messages(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -217,7 +242,7 @@ class Conversation:
         if not isinstance(call_id, str):
             raise refused(where, "a 'tool_result' block needs a string 'tool_use_id'")
         if isinstance(content, list):
-            content = joined_text(content, f"{where}.content")
+            content = result_text(content, f"{where}.content")
         elif not isinstance(content, str):
             raise refused(where, "a 'tool_result' block's content must be text or text blocks")
         if block.get("is_error") is True:  # the template has no such flag: the text says it

@@ -290,8 +290,10 @@ class Server:
         if n_prompt >= self.engine.target.n_ctx:
             raise ApiError(
                 400,
-                f"the prompt has {n_prompt} tokens but the context holds "
-                f"{self.engine.target.n_ctx}",
+                # Anthropic's words, which Claude Code and its users know, and what to do
+                f"prompt is too long: {n_prompt} tokens > {self.engine.target.n_ctx} maximum "
+                f"(the context holds {self.engine.target.n_ctx} tokens a slot: shorten the "
+                f"{where}, or start the server with a larger -c)",
                 code="context_length_exceeded",
                 param=where,
             )

@@ -36,6 +36,7 @@ from starlette.routing import Route
 from localspec.derivation.gguf_info import gguf_info, read_header
 from localspec.engine.fim import missing_fim_tokens
 from localspec.engine.model_context import runs_on_cpu
+from localspec.engine.schema_checks import VALUE_KEYWORDS
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_for
 from localspec.errors import LocalspecError
@@ -218,7 +219,7 @@ class OllamaRoutes:
         body = self.common_fields(req)
         body["messages"] = [openai_message(m) for m in req.messages]
         if req.tools:
-            body["tools"] = req.tools
+            body["tools"] = [listed_types(tool) for tool in req.tools]
         return Translation(ChatRequest, body)
 
     def generate_request(self, req: GenerateBody) -> Translation | None:
@@ -363,6 +364,21 @@ class OllamaRoutes:
         if not missing_fim_tokens(target):
             found.append("insert")
         return found
+
+
+def listed_types(schema: Any) -> Any:
+    """``schema`` with each ``"type": "integer, string"`` written as the list it means: the
+    ``ollama`` client writes a Python function's union parameter so
+    (``convert_function_to_tool``), and Ollama takes it."""
+    if isinstance(schema, list):
+        return [listed_types(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    listed = {k: v if k in VALUE_KEYWORDS else listed_types(v) for k, v in schema.items()}
+    kind = schema.get("type")
+    if isinstance(kind, str) and "," in kind:
+        listed["type"] = [t.strip() for t in kind.split(",")]
+    return listed
 
 
 def bare_name(name: str) -> str:

@@ -142,6 +142,9 @@ class LenientBody(BaseModel):
         return data
 
 
+NO_LIMIT = -1  # max_tokens: llama-server's "until the model ends or the context is full"
+
+
 class _Common(LenientBody):
     model: StrictStr | None = None  # informational only: no model is ever loaded per request
     max_tokens: StrictInt | None = None
@@ -167,11 +170,14 @@ class _Common(LenientBody):
 
     @property
     def token_limit(self) -> int | None:
-        return (
+        """The answer's bound, None for none: -1 is llama-server's "no limit", which its
+        clients send (llama.vscode's chat edits)."""
+        limit = (
             self.max_completion_tokens
             if self.max_completion_tokens is not None
             else (self.max_tokens)
         )
+        return None if limit == NO_LIMIT else limit
 
     @property
     def include_usage(self) -> bool:
