@@ -310,6 +310,12 @@ def test_web_pages_cannot_drive_the_server(engine: Engine) -> None:
         assert httpx.get(f"{url}/metrics").status_code == 401
         assert httpx.get(f"{url}/metrics", headers=key).status_code == 200
         assert httpx.get(f"{url}/health").status_code == 200  # public
+        # llama-server's aliases, behind the same guards
+        assert httpx.get(f"{url}/v1/health").status_code == 200
+        assert httpx.get(f"{url}/models").status_code == 401
+        assert httpx.get(f"{url}/models", headers=key).json()["data"]
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        assert httpx.post(f"{url}/chat/completions", json=chat, headers=key).status_code == 200
     with LiveServer(engine, ServerSettings(allowed_origins=("https://app.example",))) as url:
         allowed = httpx.post(
             f"{url}/v1/completions",

@@ -558,11 +558,14 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
     app = Starlette(
         routes=[
             Route("/health", server.health),
+            Route("/v1/health", server.health),  # llama-server's aliases
             Route("/metrics", server.prometheus),
             counted_route(server, "/v1/models", server.models),
+            counted_route(server, "/models", server.models),
             counted_route(server, "/v1/models/{model_id:path}", server.model),
             Route("/v1/completions", server.completions, methods=["POST"]),
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
+            Route("/chat/completions", server.chat, methods=["POST"]),
             Route("/v1/messages", anthropic.messages, methods=["POST"]),
             counted_route(
                 server, "/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]
