@@ -41,6 +41,7 @@ from localspec.engine.model_context import (
     ModelContext,
 )
 from localspec.engine.mtp import MtpContext
+from localspec.engine.penalties import NO_PENALTIES, Penalties
 from localspec.engine.prompt_cache import DEFAULT_MAX_BYTES, PromptCache
 from localspec.engine.prompting import Message, build_prompt
 from localspec.engine.scheduler import DONE, BatchScheduler, SlotRequest, SlotWork
@@ -485,7 +486,7 @@ class Engine:
         record_margins: bool,
     ) -> GenerationJob:
         """Check a request's settings and read its prompt (before it takes any turn)."""
-        sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed)
+        sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed, s.penalties)
         if s.seeded:
             s = s.but(reproducible=True)  # what an earlier request left cached must not tip a draw
         if s.max_tokens is not None and s.max_tokens <= 0:
@@ -567,10 +568,16 @@ MAX_SEED = (1 << 64) - 1
 
 
 def validate_sampling(
-    temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    seed: int | None,
+    penalties: Penalties = NO_PENALTIES,
 ) -> SamplingParams:
     """Check the sampling settings (nan and inf included: every comparison with nan is
     false) and turn seed -1 into a random seed."""
+    penalties.validate()
     if not math.isfinite(temperature) or temperature < 0:
         raise LocalspecError(
             f"temperature must be a number >= 0 (got {temperature})", "0 means greedy"
@@ -585,4 +592,6 @@ def validate_sampling(
         raise LocalspecError(
             f"seed must be between 0 and 2^64-1, or -1 for a random seed (got {seed})"
         )
-    return SamplingParams(temperature, top_k, top_p, min_p, None if seed == RANDOM_SEED else seed)
+    return SamplingParams(
+        temperature, top_k, top_p, min_p, None if seed == RANDOM_SEED else seed, penalties
+    )

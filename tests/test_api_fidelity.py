@@ -193,12 +193,18 @@ def test_echo_with_no_new_token_scores_a_text(client: openai.OpenAI, engine: Eng
         client.completions.create(model="local", prompt=context, max_tokens=0)
 
 
-def test_penalties_are_refused_not_ignored(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="frequency_penalty is not supported"):
-        ask(client, [{"role": "user", "content": "Hi"}], frequency_penalty=0.5)
-    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
-        ask(client, [{"role": "user", "content": "Hi"}], presence_penalty=-1)
-    assert ask(client, [{"role": "user", "content": "Hi"}], frequency_penalty=0).choices
+def test_penalties_are_applied(client: openai.OpenAI) -> None:
+    """OpenAI's penalties and llama-server's own on the OpenAI route, in their ranges."""
+    listing = [{"role": "user", "content": "Write the word 'cat' ten times, separated by commas."}]
+    plain = ask(client, listing).choices[0].message.content
+    for penalty in ({"frequency_penalty": 1.5}, {"presence_penalty": 2.0}):
+        assert ask(client, listing, **penalty).choices[0].message.content != plain
+    llama = {"repeat_penalty": 1.5, "repeat_last_n": 32}
+    assert ask(client, listing, extra_body=llama).choices[0].message.content != plain
+    with pytest.raises(openai.BadRequestError, match="frequency_penalty"):
+        ask(client, listing, frequency_penalty=2.5)
+    with pytest.raises(openai.BadRequestError, match="repeat_penalty"):
+        ask(client, listing, extra_body={"repeat_penalty": 0})
 
 
 @pytest.mark.slow

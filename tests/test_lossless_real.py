@@ -12,8 +12,10 @@ import pytest
 
 from localspec import Engine, SpecConfig
 from localspec.api import GenerationResult
+from localspec.engine.penalties import Penalties
 from localspec.lossless import NEAR_TIE_GAP, compare
 from localspec.prompts import builtin_prompts
+from tests.test_penalties import llama_rule
 
 PROMPTS = builtin_prompts()
 N_TOKENS = 64
@@ -111,6 +113,60 @@ def test_speculation_is_lossless_with_flash_attention_on_too(qwen_path: Path) ->
     if not llama_cpp.llama_supports_gpu_offload():
         with Engine.load(qwen_path, mode="ngram-simple", n_ctx=256) as engine:
             assert engine.target.flash_attn == "off"
+
+
+# llama-server's and Ollama's names; strong enough to change most answers
+PENALIZED = {"repeat_penalty": 1.2, "frequency_penalty": 0.4, "presence_penalty": 0.3}
+
+
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(0.8, marks=pytest.mark.slow)])
+def test_penalties_change_the_answer_alike_plain_and_speculative(
+    qwen: Engine, temperature: float
+) -> None:
+    """A penalty changes the target's distribution, so it must change it the same way for a
+    verified draft: the row of a draft's i-th token is penalized by the context and the
+    draft's tokens before it, as plain decoding's would be there. Copies (a code edit, a
+    summary) are drafted long and repeat tokens within one draft; sampled answers keep
+    their seed's text (each draw's uniform number is fixed by seed and position)."""
+    changed = drafted = accepted = 0
+    sampled = {"temperature": temperature, "seed": 5, "top_p": 0.95}
+
+    def answer(text: str, mode: str, **penalties: float) -> GenerationResult:
+        return qwen.generate(
+            text, chat=True, max_tokens=N_TOKENS, mode=mode, record_margins=True,
+            **sampled, **penalties,
+        )  # fmt: skip
+
+    for case in [p for p in PROMPTS if p.kind in ("code-edit", "summary")]:
+        free, plain = answer(case.text, "none"), answer(case.text, "none", **PENALIZED)
+        spec = answer(case.text, "ngram-simple", **PENALIZED)
+        report = compare(plain.tokens, plain.margins, spec.tokens, plain.runners_up)
+        assert report.ok, f"{case.name} at T={temperature}: {report}"
+        changed += plain.tokens != free.tokens
+        drafted += spec.stats.drafted
+        accepted += spec.stats.accepted
+    assert changed and drafted and accepted
+
+
+def test_plain_decoding_with_penalties_follows_llama_cpp_s_rule(qwen: Engine) -> None:
+    """The loop's penalized plain decoding against the rule written out token by token:
+    one-token passes, each row penalized by the last ``repeat_last_n`` tokens of the prompt
+    and the answer (llama-server feeds its sampler the prompt too), its argmax taken."""
+    text = "List the numbers from 1 to 40, one per line, each with its square."
+    penalties = Penalties(1.2, 0.4, 0.3, 64)
+    answer = qwen.generate(
+        text, chat=True, max_tokens=48, mode="none", reproducible=True, **PENALIZED
+    )
+    assert penalties == Penalties(*PENALIZED.values(), 64)
+    context = qwen.tokenize_prompt(text, chat=True)
+    row = qwen.target.evaluate(context, reproducible=True).copy()
+    written: list[int] = []
+    while len(written) < len(answer.tokens):
+        token = int(llama_rule(row, context[-64:], penalties).argmax())
+        written.append(token)
+        context.append(token)
+        row = qwen.target.decode([token])[-1].copy()
+    assert written == list(answer.tokens)
 
 
 # short answers where a small model hesitates between several words: where three logits

@@ -22,7 +22,8 @@ from tests.test_server import LiveServer, post, wait_for
 
 AUTH = {"Authorization": "Bearer k1"}
 TYPED_NAME = "smollm2-135m"  # the name the model was served under (``model_names``)
-GREEDY = {"temperature": 0}
+# Ollama's own default repeat penalty (1.1) turned off, to compare with the OpenAI routes
+GREEDY = {"temperature": 0, "repeat_penalty": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +200,7 @@ def test_generate_raw_and_templated(client: ollama.Client, base: str, name: str)
     assert with_system.response == openai_chat(base, system + user, 12)
 
 
-def test_options_num_predict_stop_and_seed(client: ollama.Client, name: str) -> None:
+def test_options_num_predict_stop_and_seed(client: ollama.Client, base: str, name: str) -> None:
     prompt = "Count: one, two, three, four, five,"
     options: dict[str, Any] = {**GREEDY, "num_predict": 20}
     text = client.generate(model=name, prompt=prompt, raw=True, options=options).response
@@ -214,8 +215,24 @@ def test_options_num_predict_stop_and_seed(client: ollama.Client, name: str) -> 
     again = client.generate(model=name, prompt="Once upon a time", raw=True, options=seeded)
     assert first.response == again.response
     # neutral values of what the engine does not do are accepted, loading options ignored
-    ignored = {**GREEDY, "num_predict": 4, "repeat_penalty": 1.0, "num_ctx": 8192, "mirostat": 0}
+    ignored = {**GREEDY, "num_predict": 4, "tfs_z": 1.0, "num_ctx": 8192, "mirostat": 0}
     assert client.generate(model=name, prompt=prompt, raw=True, options=ignored).eval_count == 4
+    # a repeat penalty is applied (a list that repeats its words is written otherwise)
+    listing = "Write the word 'cat' ten times, separated by commas:"
+    plain = client.generate(model=name, prompt=listing, options={**GREEDY, "num_predict": 12})
+    penalized = {**GREEDY, "num_predict": 12, "repeat_penalty": 1.5, "repeat_last_n": 32}
+    assert client.generate(model=name, prompt=listing, options=penalized).response != plain.response
+    # Ollama's default repeat penalty, 1.1 over the last 64 tokens, where none is given
+    ollama_default = {"temperature": 0, "num_predict": 12}
+    default = client.generate(model=name, prompt=listing, options=ollama_default).response
+    asked = {"messages": [{"role": "user", "content": listing}], "max_tokens": 12}
+    openai = post(
+        base,
+        "/v1/chat/completions",
+        {**asked, "temperature": 0, "repeat_penalty": 1.1},
+        headers=AUTH,
+    )
+    assert default == openai.json()["choices"][0]["message"]["content"] != plain.response
 
 
 def test_the_load_call_answers_at_once(client: ollama.Client, name: str) -> None:
@@ -308,15 +325,16 @@ def counted(base: str, endpoint: str, status: int) -> float:
         ("/api/generate", {"prompt": "Hi", "options": {"stop": [1]}}, "options.stop"),
         (
             "/api/generate",
-            {"prompt": "Hi", "options": {"repeat_penalty": 1.1}},
+            {"prompt": "Hi", "options": {"repeat_penalty": -1}},
             "options.repeat_penalty",
         ),
         ("/api/generate", {"prompt": "Hi", "options": {"mirostat": 2}}, "options.mirostat"),
         (
             "/api/generate",
-            {"prompt": "Hi", "options": {"frequency_penalty": 0.5}},
+            {"prompt": "Hi", "options": {"frequency_penalty": 5}},
             "options.frequency_penalty",
         ),
+        ("/api/generate", {"prompt": "Hi", "options": {"repeat_last_n": -2}}, "repeat_last_n"),
         ("/api/show", {}, "model is required"),
     ],
 )

@@ -23,6 +23,7 @@ from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.healing import HealedStart
 from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.output import OutputAssembler
+from localspec.engine.penalties import PenalizedRows
 from localspec.engine.shadow import ShadowRounds
 from localspec.engine.stats import Stats, StatsRecorder
 from localspec.engine.verify import (
@@ -289,7 +290,12 @@ class SpeculativeLoop:
         return margin, (ANY_TOKEN,)  # a rounding can tip a draw onto a token far away
 
     def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
-        """The rows as the acceptance rules must see them: masked by the grammar, if any."""
+        """The rows as the acceptance rules must see them: penalized for repetition and
+        masked by the grammar, if asked (row i after the context and ``draft[:i]``)."""
+        penalties = self.sampling.penalties
+        if penalties.active:
+            seen = self.context or self.prompt  # before ``first``: the prompt alone
+            rows = PenalizedRows(rows, seen, draft, penalties)  # type: ignore[assignment]
         if self.grammar is None:
             return rows
         temperature = None if self.sampling.greedy else self.sampling.temperature

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from localspec.engine.loop import SpecConfig
+from localspec.engine.penalties import Penalties
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,12 @@ class GenerationSettings:
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None  # -1: a random seed (llama.cpp's convention)
+    # repetition penalties over the context's last ``repeat_last_n`` tokens (llama.cpp's
+    # names; ``engine/penalties.py``)
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repeat_last_n: int = 64
     stop: Sequence[str] = ()
     mode: str | None = None  # None: the Engine's mode
     spec: SpecConfig | None = None  # None: the Engine's speculation settings
@@ -37,6 +44,12 @@ class GenerationSettings:
 
     def but(self, **changes: Any) -> GenerationSettings:
         return replace(self, **changes)
+
+    @property
+    def penalties(self) -> Penalties:
+        return Penalties(
+            self.repeat_penalty, self.frequency_penalty, self.presence_penalty, self.repeat_last_n
+        )
 
     @property
     def seeded(self) -> bool:

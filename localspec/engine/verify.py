@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.engine.penalties import NO_PENALTIES, Penalties
+
 TOP_K_WINDOWS = (8.0, 16.0, 32.0)  # logit windows under the maximum that top-k partitions
 TOP_P_THRESHOLDS = (1e-4, 1e-6, 1e-8, 0.0)  # candidate sets {p >= tau} that top-p sorts
 SAMPLE_BLOCK = 2048  # the inverse CDF is found block by block (see ``sample``)
@@ -35,6 +37,8 @@ class SamplingParams:
     top_p: float = 1.0  # 1.0: off
     min_p: float = 0.0  # 0.0: off
     seed: int | None = None
+    # applied to the logits before all of the above, by the loop, which knows the context
+    penalties: Penalties = NO_PENALTIES
 
     @property
     def greedy(self) -> bool:

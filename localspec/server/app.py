@@ -186,14 +186,6 @@ class Server:
         if req.token_limit is not None and req.token_limit < (0 if echoed else 1):
             least = ">= 0 (with echo)" if echoed else "> 0"
             raise ApiError(400, f"{limit} must be {least}", param=limit)
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(req, name):
-                raise ApiError(
-                    400,
-                    f"{name} is not supported: speculation here keeps the model's own "
-                    "distribution, so it refuses rather than ignores a penalty (send 0)",
-                    param=name,
-                )
         if req.logit_bias:
             raise ApiError(400, "logit_bias is not supported", param="logit_bias")
         return req
@@ -276,7 +268,9 @@ class Server:
             prompt = prompt_of(req)
         constraints = self.constraints(req)
         try:
-            validate_sampling(req.temperature, req.top_k, req.top_p, req.min_p, req.seed)
+            validate_sampling(
+                req.temperature, req.top_k, req.top_p, req.min_p, req.seed, req.penalties
+            )
             n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
             room = self.fim_room(req.token_limit)
             if isinstance(prompt, FimPrompt) and n_prompt > room:  # read again only if cut

@@ -71,11 +71,12 @@ class LlamaCompletionBody(LenientBody):
     cache_prompt: StrictBool = True
     grammar: StrictStr | None = None
     json_schema: dict[str, Any] | None = None
-    # what would change the model's distribution (or is not given) is refused, not ignored
-    n_probs: StrictInt = 0
     repeat_penalty: Number = 1.0
     presence_penalty: Number = 0.0
     frequency_penalty: Number = 0.0
+    repeat_last_n: StrictInt = 64
+    # what this server does not give is refused, not ignored
+    n_probs: StrictInt = 0
     ignore_eos: StrictBool = False
     return_tokens: StrictBool = False
     response_fields: list[StrictStr] | None = None
@@ -83,13 +84,6 @@ class LlamaCompletionBody(LenientBody):
 
     @model_validator(mode="after")
     def refuse_what_is_not_honoured(self) -> LlamaCompletionBody:
-        neutral = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
-        for name, value in neutral.items():
-            if getattr(self, name) != value:
-                raise ValueError(
-                    f"{name} is not supported: speculation here keeps the model's own "
-                    f"distribution, so it refuses rather than ignores a penalty (send {value})"
-                )
         if self.n_probs:
             raise ValueError("n_probs is not supported (send 0)")
         if self.ignore_eos:
@@ -189,6 +183,10 @@ def openai_fields(body: LlamaCompletionBody) -> dict[str, Any]:
         "top_p": body.top_p,
         "min_p": body.min_p,
         "seed": body.seed,
+        "repeat_penalty": body.repeat_penalty,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "repeat_last_n": body.repeat_last_n,
         "stop": body.stop,
         "stream": body.stream,
         "speculative": body.speculative.model_dump(exclude_none=True) if body.speculative else None,

@@ -58,11 +58,16 @@ log = logging.getLogger("localspec.server")
 OLLAMA_API_VERSION = "0.6.0"
 CHAT, GENERATE = "/api/chat", "/api/generate"
 # Ollama's sampling defaults, for requests that leave them out: its clients expect them
-OLLAMA_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9}
-# Ollama options whose neutral value changes nothing, and which are refused otherwise:
-# speculation here keeps the model's own distribution
+OLLAMA_SAMPLING = {
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.9,
+    "repeat_penalty": 1.1,
+    "repeat_last_n": 64,
+}
+# Ollama options whose neutral value changes nothing, and which are refused otherwise: this
+# server does not apply them, and a sampler setting silently ignored changes the answer
 NEUTRAL_OPTIONS: dict[str, float] = {
-    "repeat_penalty": 1.0,
     "mirostat": 0,
     "tfs_z": 1.0,
     "typical_p": 1.0,
@@ -77,6 +82,8 @@ SAMPLING_OPTIONS = (
     "stop",
     "frequency_penalty",
     "presence_penalty",
+    "repeat_penalty",
+    "repeat_last_n",
 )
 NO_LIMIT = (-1, -2)  # num_predict: -1 no limit, -2 until the context is full (the same here)
 # an error about an OpenAI field, named as the Ollama request names it
@@ -92,8 +99,7 @@ OLLAMA_NAMES = {
 
 class Options(LenientBody):
     """Ollama's ``options``: those not declared here (``num_ctx``, ``num_gpu``, ``num_thread``,
-    ``repeat_last_n``, ``penalize_newline``...) are about loading or only matter with a
-    penalty, and are ignored."""
+    ``penalize_newline``...) are about loading or change nothing here, and are ignored."""
 
     num_predict: StrictInt | None = None
     temperature: Number | None = None
@@ -105,6 +111,7 @@ class Options(LenientBody):
     frequency_penalty: Number | None = None
     presence_penalty: Number | None = None
     repeat_penalty: Number | None = None
+    repeat_last_n: StrictInt | None = None
     mirostat: StrictInt | None = None
     tfs_z: Number | None = None
     typical_p: Number | None = None
@@ -421,9 +428,9 @@ def refuse_reshaping(options: Options) -> None:
         if value is not None and value != neutral:
             raise ApiError(
                 400,
-                f"options.{name} is not supported: speculation here keeps the model's own "
-                f"distribution, so it refuses rather than ignores what would change it (send "
-                f"{neutral} or leave it out)",
+                f"options.{name} is not supported: this server does not apply it, and refuses "
+                f"rather than ignores what would change the answer (send {neutral} or leave it "
+                "out)",
                 param=f"options.{name}",
             )
 

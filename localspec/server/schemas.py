@@ -1,11 +1,10 @@
 """Request bodies (pydantic) and the OpenAI-shaped error they produce when wrong.
 
 Top-level fields that OpenAI clients commonly send but that change nothing here (``user``,
-``stream_options`` without usage...) are accepted and ignored;
-values this server cannot honour (``n`` > 1, non-zero penalties, a logit bias, image
-parts...) are refused with a 400 that says so, never silently ignored; inside our own
-``speculative`` object any unknown field is an error, because a typo there would silently
-change nothing."""
+``stream_options`` without usage...) are accepted and ignored; values this server cannot
+honour (``n`` > 1, a logit bias, image parts...) are refused with a 400 that says so, never
+silently ignored; inside our own ``speculative`` object any unknown field is an error,
+because a typo there would silently change nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +23,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from localspec.engine.penalties import Penalties
 
 Number = StrictFloat | StrictInt
 MAX_SEED = (1 << 64) - 1
@@ -158,8 +159,11 @@ class _Common(LenientBody):
     n: StrictInt = 1
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    frequency_penalty: Number = 0.0
-    presence_penalty: Number = 0.0
+    frequency_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
+    # llama-server's, which it takes on these routes too
+    repeat_penalty: Number = Field(default=1.0, gt=0.0)
+    repeat_last_n: StrictInt = Field(default=64, ge=-1)
     logit_bias: dict[str, Number] | None = None
     speculative: SpeculativeOverride | None = None
 
@@ -178,6 +182,12 @@ class _Common(LenientBody):
             else (self.max_tokens)
         )
         return None if limit == NO_LIMIT else limit
+
+    @property
+    def penalties(self) -> Penalties:
+        return Penalties(
+            self.repeat_penalty, self.frequency_penalty, self.presence_penalty, self.repeat_last_n
+        )
 
     @property
     def include_usage(self) -> bool:

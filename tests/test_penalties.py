@@ -1,0 +1,68 @@
+"""Repetition penalties in pure numpy, against llama.cpp's rule written out token by token."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from localspec.engine.penalties import PenalizedRows, Penalties
+from localspec.errors import LocalspecError
+
+VOCAB = 12
+
+
+def llama_rule(row: np.ndarray, window: list[int], p: Penalties) -> np.ndarray:
+    """``llama_sampler_penalties_apply``: each token seen c times in the window."""
+    out = row.astype(np.float32).copy()
+    for token in set(window):
+        c = window.count(token)
+        logit = out[token]
+        logit = logit * np.float32(p.repeat) if logit <= 0 else logit / np.float32(p.repeat)
+        out[token] = logit - (np.float32(c * p.frequency) + np.float32(p.presence))
+    return out
+
+
+penalties = st.builds(
+    Penalties,
+    repeat=st.floats(0.5, 2.0),
+    frequency=st.floats(-2.0, 2.0),
+    presence=st.floats(-2.0, 2.0),
+    last_n=st.sampled_from([-1, 1, 3, 8, 64]),
+)
+tokens = st.lists(st.integers(0, VOCAB - 1), max_size=20)
+rows = st.lists(st.floats(-20, 20, width=32), min_size=VOCAB, max_size=VOCAB)
+
+
+@given(p=penalties, row=rows, window=tokens)
+def test_a_row_is_penalized_as_llama_cpp_penalizes_it(p, row, window) -> None:  # type: ignore[no-untyped-def]
+    row = np.array(row, dtype=np.float32)
+    expected = llama_rule(row, list(p.window(window)), p)
+    np.testing.assert_allclose(p.apply(row, p.window(window)), expected, rtol=1e-6, atol=1e-5)
+
+
+@given(p=penalties, context=tokens.filter(bool), draft=tokens, seed=st.integers(0, 99))
+def test_a_draft_s_row_has_the_window_plain_decoding_has_there(p, context, draft, seed) -> None:  # type: ignore[no-untyped-def]
+    """Row i of a verified batch follows the context and the draft's first i tokens: the
+    window plain decoding would have had when it wrote that token."""
+    batch = np.random.default_rng(seed).normal(size=(len(draft) + 1, VOCAB)).astype(np.float32)
+    penalized = PenalizedRows(batch, context, draft, p)
+    for i in range(len(draft) + 1):
+        plain_window = p.window([*context, *draft[:i]])
+        np.testing.assert_array_equal(penalized[i], p.apply(batch[i], plain_window))
+
+
+def test_what_is_off_and_what_is_refused() -> None:
+    assert not Penalties().active
+    assert not Penalties(repeat=1.3, last_n=0).active
+    assert Penalties(presence=0.1).active and Penalties(repeat=0.9).active
+    row = np.array([1.0, 2.0, -1.0], dtype=np.float32)
+    np.testing.assert_array_equal(Penalties(repeat=2.0).apply(row, []), row)
+    for wrong, words in (
+        (Penalties(repeat=0.0), "repeat penalty must be a number > 0"),
+        (Penalties(frequency=float("nan")), "frequency penalty"),
+        (Penalties(last_n=-2), "must be >= -1"),
+    ):
+        with pytest.raises(LocalspecError, match=words):
+            wrong.validate()
