@@ -66,3 +66,20 @@ def test_what_is_off_and_what_is_refused() -> None:
     ):
         with pytest.raises(LocalspecError, match=words):
             wrong.validate()
+
+
+def test_a_neural_draft_is_penalized_as_the_target_will_penalize_it() -> None:
+    """Each draft row is penalized by the context and the draft's tokens before it, as the
+    target's row for that token will be: a draft model that drafted token 0 once does not
+    draft it again where the penalty puts token 1 first (its q is the target's p)."""
+    from localspec.drafters.neural import NeuralDrafter
+    from localspec.engine.verify import SamplingParams
+
+    row = np.array([2.0, 1.9, 1.5], dtype=np.float32)
+    penalized = SamplingParams(penalties=Penalties(repeat=1.5))
+    drafter = NeuralDrafter(None, penalized)
+    # token 1 seen in the context; then 0 (2.0), then 2 (1.5 above 2.0/1.5 and 1.9/1.5), then 0
+    draft = drafter.draft_from(row, lambda _token, _n: row, 3, context=[1])
+    assert draft.tokens == [0, 2, 0]
+    free = NeuralDrafter(None, SamplingParams())
+    assert free.draft_from(row, lambda _token, _n: row, 3, context=[1]).tokens == [0, 0, 0]

@@ -50,7 +50,7 @@ class DraftModelDrafter(NeuralDrafter[ModelContext]):
         if row is None:
             row = yield DecodeRequest(self.model, list(context[keep:]))
             self.model.note_prefilled(context, keep, row, reproducible=False)
-        drafting = self.draft_steps(row, n_max)
+        drafting = self.draft_steps(row, n_max, context)
         try:
             token = next(drafting)
             while True:

@@ -30,7 +30,10 @@ class MtpDrafter(NeuralDrafter[MtpContext]):
             return Draft()
         row = self.model.first_step(context[-1], pos)
         return self.draft_from(
-            row, lambda token, n_drafted: self.model.next_step(token, pos + n_drafted), n_max
+            row,
+            lambda token, n_drafted: self.model.next_step(token, pos + n_drafted),
+            n_max,
+            context,
         )
 
     def accepted(self, n_accepted: int) -> None:

@@ -4,7 +4,7 @@ Subclasses say where the next logits come from (a second model, the MTP head).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -33,10 +33,14 @@ class NeuralDrafter(Generic[Model]):
         self.rng = rng or np.random.default_rng(sampling.seed)
 
     def draft_from(
-        self, row: np.ndarray, next_row: Callable[[int, int], np.ndarray], n_max: int
+        self,
+        row: np.ndarray,
+        next_row: Callable[[int, int], np.ndarray],
+        n_max: int,
+        context: Sequence[int] = (),
     ) -> Draft:
         """The drafting loop with the next logits from ``next_row(token, n_drafted)``."""
-        steps = self.draft_steps(row, n_max)
+        steps = self.draft_steps(row, n_max, context)
         try:
             token, n_drafted = next(steps), 1
             while True:
@@ -45,12 +49,21 @@ class NeuralDrafter(Generic[Model]):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def draft_steps(self, row: np.ndarray, n_max: int) -> Generator[int, np.ndarray, Draft]:
+    def draft_steps(
+        self, row: np.ndarray, n_max: int, context: Sequence[int] = ()
+    ) -> Generator[int, np.ndarray, Draft]:
         """The drafting loop: choose a token from ``row``, yield it and be sent the logits
-        after it, until ``n_max`` tokens or the top probability falls below ``p_min``."""
+        after it, until ``n_max`` tokens or the top probability falls below ``p_min``.
+        ``context``: what the draft follows, for the repetition penalties (each row
+        penalized as the target's row for that token will be: by the context and the
+        draft's tokens before it)."""
         tokens: list[int] = []
         probs: list[np.ndarray] | None = None if self.sampling.greedy else []
+        penalties = self.sampling.penalties
+        seen = list(penalties.window(context)) if penalties.active else []
         while True:
+            if penalties.active:
+                row = penalties.apply(row, penalties.window([*seen, *tokens]))
             token, q, top = choose_draft_token(row, self.sampling, self.rng, self.p_min)
             if tokens and top < self.p_min:
                 break
