@@ -184,6 +184,7 @@ def test_an_engine_failure_is_the_servers_error_not_the_clients() -> None:
         ({"prompt": "x", "suffix": "return x"}, 400, "cannot fill in the middle"),
         ({"prompt": "x", "suffix": "y", "echo": True}, 400, "echo"),
         ({"prompt": "word " * 2000}, 400, "context holds 1024"),
+        ({"prompt": "x", "stop": ["\n", ""]}, 400, "stop: a stop string must not be empty"),
     ],
 )
 def test_bad_requests_get_openai_shaped_errors(base: str, body, status, needle) -> None:  # type: ignore[no-untyped-def]

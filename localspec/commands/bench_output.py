@@ -20,10 +20,11 @@ def parse_list(text: str, flag: str, cast=str, sep: str = ",") -> list:  # type:
     except (ValueError, argparse.ArgumentTypeError) as exc:
         detail = f" ({exc})" if isinstance(exc, argparse.ArgumentTypeError) else ""
         raise LocalspecError(
-            f"{flag} {text!r}: not a comma-separated list of values{detail}"
+            f"{flag} {text!r}: not a comma-separated list of values{detail}",
+            "see `localspec bench --help`",
         ) from None
     if not values:
-        raise LocalspecError(f"{flag} is empty")
+        raise LocalspecError(f"{flag} is empty", "see `localspec bench --help`")
     return values
 
 

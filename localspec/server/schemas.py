@@ -167,6 +167,13 @@ class _Common(LenientBody):
     logit_bias: dict[str, Number] | None = None
     speculative: SpeculativeOverride | None = None
 
+    @field_validator("stop")
+    @classmethod
+    def no_empty_stop(cls, stop: Any) -> Any:
+        if stop == "" or (isinstance(stop, list) and "" in stop):
+            raise ValueError("a stop string must not be empty (leave it out, or give text)")
+        return stop
+
     def stops(self) -> list[str]:
         if self.stop is None:
             return []
