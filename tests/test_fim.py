@@ -52,6 +52,27 @@ def test_a_middle_that_rejoins_the_suffix_ends_before_it() -> None:
     assert suffix_anchor(FIB_SUFFIX) == (["print(fibonacci(10))"], "\n\n")
 
 
+def test_a_middle_at_the_file_s_end_leaves_no_blank_lines_after_it() -> None:
+    """Nothing but blanks after the cursor (the file's end): blank lines after the middle's
+    last line would stay in the file, whether a rule ends the middle or the model does; a
+    suffix that starts with a new line ends the middle's last line itself."""
+    cursor = "def add(a, b):\n    "
+    for suffix, middle in (
+        ("", "return a + b\n"),
+        ("\n", "return a + b"),
+        ("\n\n", "return a + b"),
+    ):
+        for written in ("return a + b\n\n\ndef sub(a, b):\n", "return a + b\n\n"):
+            for sizes in ([], [13], [len(written)]):
+                end = MiddleEnd.of(FimPrompt.at_cursor(cursor, suffix, ()))
+                assert fed(end, written, sizes) == middle, (suffix, written, sizes)
+    # a suffix with text keeps the blank line the file has before it
+    sibling = FimPrompt(SIBLING, "    def balance(self):\n        return 0\n")
+    assert fed(MiddleEnd.of(sibling), "        return 2\n\n    def x(self):\n", []) == (
+        "        return 2\n\n"
+    )
+
+
 def test_a_common_short_line_is_not_taken_for_the_suffix() -> None:
     """``}`` alone is everywhere: the anchor takes lines until it is distinctive."""
     anchor, _ = suffix_anchor("\n}\n}\n\nint main() {\n")
@@ -179,7 +200,7 @@ def test_a_block_s_copies_do_not_depend_on_how_the_text_is_cut(
 def test_a_line_indented_less_than_n_indent_ends_the_middle() -> None:
     end = MiddleEnd(n_indent=4)
     out = fed(end, "x = 1\n    y = 2\n\ndef other():\n    pass\n", [2])
-    assert end.ended and out == "x = 1\n    y = 2\n\n"
+    assert end.ended and out == "x = 1\n    y = 2\n"  # at the file's end: no blank line kept
 
 
 def test_past_the_time_limit_the_middle_ends_at_a_new_line() -> None:

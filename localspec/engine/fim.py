@@ -277,6 +277,9 @@ class MiddleEnd:
                 kept = self.text[: max(len(self.text[:start].rstrip()), first)]
                 kept += "" if self.suffix[0] == "\n" else "\n"
                 self.text = kept if len(kept) >= self.sent else self.text
+        if not self.ended:
+            kept = self._at_file_end(self.text)
+            self.text = kept if len(kept) >= self.sent else self.text[: self.sent]
         return self._release(final=True)
 
     def _first_break(self) -> int:
@@ -448,8 +451,19 @@ class MiddleEnd:
         kept = "\n".join(lines[:i]) + "\n"
         if self._lead and (kept + _indent_of(lines[i])).endswith(self._lead):
             kept = (kept + _indent_of(lines[i]))[: -len(self._lead)]
+        kept = self._at_file_end(kept)
         self.text = kept if len(kept) >= self.sent else self.text[: self.sent]
         self.ended = True
+
+    def _at_file_end(self, text: str) -> str:
+        """``text`` without the blank lines after its last line where nothing but blanks
+        follows the cursor: at a file's end they would stay in the file (a suffix that
+        starts with a new line ends that line itself)."""
+        if self.suffix.strip() or not text.strip():
+            return text
+        body = text.rstrip()
+        ends_line = "\n" in text[len(body) :] and not self.suffix.startswith("\n")
+        return body + ("\n" if ends_line else "")
 
     def _release(self, final: bool) -> str:
         end = len(self.text) if final else self._undecided_from()
@@ -487,6 +501,8 @@ class MiddleEnd:
         held = len(self.text)
         if hold <= last:
             held = sum(len(line) + 1 for line in lines[:hold]) - 1  # the new line before it too
+        if not self.suffix.strip():  # at the file's end: trailing blank lines, maybe dropped
+            held = len(self.text[:held].rstrip())
         first = self._first_break()
         if not self.ended and self.suffix and first < len(self.text):
             held = min(held, may_repeat_end(self.text, self.suffix, self._tail, first + 1))
