@@ -142,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "serve",
-        help="HTTP server: OpenAI, Anthropic Messages, Ollama and llama.cpp (/infill) routes",
+        help="HTTP server: OpenAI (chat, completions, responses), Anthropic Messages, Ollama and "
+        "llama.cpp (/infill) routes",
     )
     add_model_flags(p)
     add_spec_flags(p)

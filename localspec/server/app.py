@@ -1,5 +1,6 @@
 """The OpenAI-compatible API on Starlette: /v1/models, /v1/completions, /v1/chat/completions,
-/health, /metrics (and Anthropic's /v1/messages, in ``anthropic_routes``). Every response
+/health, /metrics (and the other APIs' routes, each in its module: Anthropic's /v1/messages,
+OpenAI's /v1/responses, Ollama's, llama-server's). Every response
 carries ``usage``, a ``speculative`` object and llama-server-compatible ``timings``;
 streaming puts them on the final chunk."""
 
@@ -55,6 +56,7 @@ from localspec.server.ollama_routes import error_response as ollama_error
 from localspec.server.ollama_routes import ollama_routes
 from localspec.server.reply import DISCONNECT_POLL_S as POLL_S
 from localspec.server.reply import Reply, ShuttingDown
+from localspec.server.responses_routes import ResponsesRoutes
 from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError, speculative_block, timings_block, usage_block
@@ -549,6 +551,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
     llama = LlamaRoutes(server)
     completion = CompletionRoutes(server)
     anthropic = AnthropicRoutes(server)
+    responses = ResponsesRoutes(server)
     app = Starlette(
         routes=[
             Route("/health", server.health),
@@ -561,6 +564,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
             Route("/chat/completions", server.chat, methods=["POST"]),
             Route("/v1/messages", anthropic.messages, methods=["POST"]),
+            Route("/v1/responses", responses.create, methods=["POST"]),
+            Route("/responses", responses.create, methods=["POST"]),
             counted_route(
                 server, "/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]
             ),
