@@ -184,3 +184,21 @@ def test_bad_input_is_a_400_naming_the_field(base: str, body: dict[str, Any], pa
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param, error
+
+
+async def test_a_failure_after_the_stream_started_is_an_error_event() -> None:
+    from localspec.server.responses_routes import ResponseReply, ResponsesRequest
+    from localspec.server.schemas import ChatRequest
+    from tests.test_anthropic_api import FailingEvents, FailingHost
+
+    host, events = FailingHost(), FailingEvents()
+    req = ResponsesRequest.model_validate({"input": "Hi", "stream": True})
+    chat = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi"}]})
+    reply = ResponseReply(host, req, chat, "none", None, "m")  # type: ignore[arg-type]
+    chunks = [chunk async for chunk in reply.sse(events)]  # type: ignore[arg-type]
+    assert chunks[-1].startswith("event: error\n")
+    error = json.loads(chunks[-1].split("data: ", 1)[1])
+    assert error["code"] == "server_error" and "llama_decode returned -1" in error["message"]
+    assert "response.output_text.delta" in "".join(chunks[:-1])
+    assert "response.completed" not in "".join(chunks)
+    assert events.closed and host.statuses == [500]

@@ -201,6 +201,30 @@ def add_length_and_temperature(
     )
 
 
+# llama.cpp's repetition penalties: (flag, type, default, help)
+PENALTY_FLAGS = (
+    (
+        "--repeat-penalty",
+        at.repeat_penalty,
+        1.0,
+        "penalize tokens seen in the last --repeat-last-n (1: off, default)",
+    ),
+    (
+        "--repeat-last-n",
+        at.penalty_window,
+        64,
+        "tokens the penalties look back on (default 64; 0: off, -1: the whole context)",
+    ),
+    ("--presence-penalty", at.penalty, 0.0, "lower each seen token's logit by this (0: off)"),
+    (
+        "--frequency-penalty",
+        at.penalty,
+        0.0,
+        "lower each seen token's logit by this times its count (0: off)",
+    ),
+)
+
+
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     add_length_and_temperature(g, 256)
@@ -208,30 +232,8 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=at.top_p, default=1.0, help="top-p (1: off)")
     g.add_argument("--min-p", type=at.probability, default=0.0, help="min-p (0: off)")
     g.add_argument("-s", "--seed", type=at.seed, default=None, help="random seed (-1: random)")
-    g.add_argument(
-        "--repeat-penalty",
-        type=at.repeat_penalty,
-        default=1.0,
-        help="penalize tokens seen in the last --repeat-last-n (1: off, default)",
-    )
-    g.add_argument(
-        "--repeat-last-n",
-        type=at.penalty_window,
-        default=64,
-        help="tokens the penalties look back on (default 64; 0: off, -1: the whole context)",
-    )
-    g.add_argument(
-        "--presence-penalty",
-        type=at.penalty,
-        default=0.0,
-        help="lower each seen token's logit by this (0: off, default)",
-    )
-    g.add_argument(
-        "--frequency-penalty",
-        type=at.penalty,
-        default=0.0,
-        help="lower each seen token's logit by this times its count (0: off, default)",
-    )
+    for flag, kind, default, what in PENALTY_FLAGS:
+        g.add_argument(flag, type=kind, default=default, help=what)
     g.add_argument(
         "--stop", action="append", type=at.text, default=[], help="stop string (repeatable)"
     )

@@ -11,7 +11,6 @@ here (``metadata``, ``thinking``, ``service_tier``, ``cache_control``...) are ig
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
@@ -26,12 +25,12 @@ from localspec.engine.loop import RoundEvent
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, check_tools, for_tools
 from localspec.errors import LocalspecError
+from localspec.server.answer_stream import streamed
 from localspec.server.host import RouteHost
-from localspec.server.reply import Reply, ReplyHost, ShuttingDown, stop_when_gone
+from localspec.server.reply import Reply, ReplyHost, gathered, unfinished
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, LenientBody, Number
 from localspec.server.shapes import ApiError
-from localspec.server.tool_stream import ToolCallStream, text_and_calls
 
 if TYPE_CHECKING:
     from localspec.engine.settings import GenerationSettings
@@ -433,7 +432,7 @@ class MessageReply:
         # the OpenAI reply's accounting of failures and of clients that left, shared
         self.accounting = Reply(server, req, mode, ENDPOINT, tool_format)
         self.mid = f"msg_{uuid.uuid4().hex}"
-        self.texts: list[str] = []
+        self.blocks = BlockWriter()  # a stream's content blocks
 
     @staticmethod
     def stop_of(last: RoundEvent, called: bool) -> tuple[str, str | None]:
@@ -467,23 +466,18 @@ class MessageReply:
 
     # ----- a whole message ----------------------------------------------------------------
 
+    def _failed(self, exc: LocalspecError) -> Response:
+        return error_response(self.accounting.failed(exc))
+
     async def whole(self, request: Request, events: GenerationStream) -> Response:
-        watcher = asyncio.create_task(stop_when_gone(request, events))
-        last = None
         try:
-            async for event in events:
-                self.texts.append(event.text)
-                last = event
+            text, last = await gathered(request, events)
         except LocalspecError as exc:
-            return error_response(self.accounting.failed(exc))
-        finally:
-            watcher.cancel()
-        if last is None or not last.finish_reason:
-            if self.server.stopping:
-                return error_response(self.accounting.failed(ShuttingDown()))
-            self.accounting.gone()
-            return Response(status_code=499)
-        content, calls = self.content("".join(self.texts))
+            return self._failed(exc)
+        ended = unfinished(self.server, last, self._failed, self.accounting.gone)
+        if ended is not None or last is None:
+            return ended or Response(status_code=499)
+        content, calls = self.content(text)
         stop = self.stop_of(last, bool(calls))
         self.server.finished(ENDPOINT, self.mode, last.stats, stop[0])
         body = {
@@ -504,13 +498,25 @@ class MessageReply:
 
     # ----- a stream -----------------------------------------------------------------------
 
-    def opening(self) -> str:
+    def opening(self) -> Iterator[str]:
         message = self.message([], (None, None))
         usage = {**usage_of(Stats(n_prompt=self.n_prompt)), "output_tokens": 0}
         payload = {"type": "message_start", "message": {**message, "usage": usage}}
-        return sse_event("message_start", payload)
+        yield sse_event("message_start", payload)
+        yield sse_event("ping", {"type": "ping"})
 
-    def closing(self, stats: Stats, stop: tuple[str, str | None]) -> Iterator[str]:
+    def text(self, text: str) -> Iterator[str]:
+        return self.blocks.text(text)
+
+    def call(self, call: ToolCall) -> Iterator[str]:
+        return self.blocks.tool_use(call)
+
+    def closing(self, last: RoundEvent, called: bool) -> tuple[str, Iterator[str]]:
+        stop = self.stop_of(last, called)
+        return stop[0], self._closing(last.stats, stop)
+
+    def _closing(self, stats: Stats, stop: tuple[str, str | None]) -> Iterator[str]:
+        yield from self.blocks.close()
         delta = {"stop_reason": stop[0], "stop_sequence": stop[1]}
         usage = {"output_tokens": stats.n_tokens, "input_tokens": stats.n_prompt}
         extras = self.localspec_extras(stats)
@@ -518,46 +524,12 @@ class MessageReply:
         yield sse_event("message_delta", payload)
         yield sse_event("message_stop", {"type": "message_stop"})
 
-    async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
-        last, failed, stop_reason = None, False, ""
-        tools = ToolCallStream(self.tool_format) if self.tool_format is not None else None
-        blocks = BlockWriter()
-        try:
-            yield self.opening()
-            yield sse_event("ping", {"type": "ping"})
-            async for event in events:
-                last = event
-                text, calls = text_and_calls(tools, event.text, event.finish_reason is not None)
-                for chunk in blocks.text(text):
-                    yield chunk
-                for call in calls:
-                    for chunk in blocks.tool_use(call):
-                        yield chunk
-            if last is None or not last.finish_reason:
-                if self.server.stopping:
-                    raise ShuttingDown
-                return  # the client closed the stream: counted below
-            for chunk in blocks.close():
-                yield chunk
-            stop = self.stop_of(last, tools is not None and tools.called)
-            stop_reason = stop[0]
-            for chunk in self.closing(last.stats, stop):
-                yield chunk
-        except LocalspecError as exc:
-            failed = True
-            yield sse_event("error", error_body(self.accounting.failed(exc)))
-        except Exception as exc:  # the status line is sent: say it in the stream
-            failed = True
-            log.exception("%s: generation failed", ENDPOINT)
-            failure = ApiError(500, f"generation failed: {type(exc).__name__}", "server_error")
-            self.server.ended(ENDPOINT, failure.status)
-            yield sse_event("error", error_body(failure))
-        finally:
-            await events.aclose()
-            if stop_reason and last is not None:
-                self.server.finished(ENDPOINT, self.mode, last.stats, stop_reason)
-            elif not failed:  # the client closed the stream
-                self.accounting.gone()
+    @staticmethod
+    def error(error: ApiError) -> str:
+        return sse_event("error", error_body(error))
+
+    def sse(self, events: GenerationStream) -> AsyncIterator[str]:
+        return streamed(self, events, self.tool_format, self.accounting)
 
 
 # ----- the routes -----------------------------------------------------------------------------

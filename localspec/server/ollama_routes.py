@@ -16,7 +16,6 @@ for clients that check it: the server is localspec, not Ollama."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -42,7 +41,13 @@ from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools, format_f
 from localspec.errors import LocalspecError
 from localspec.server.fim_stream import ended_at_suffix
 from localspec.server.host import RouteHost, counted_route
-from localspec.server.reply import ShuttingDown, client_gone, generation_failed, stop_when_gone
+from localspec.server.reply import (
+    ShuttingDown,
+    client_gone,
+    gathered,
+    generation_failed,
+    unfinished,
+)
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest, LenientBody, Number
 from localspec.server.shapes import ApiError, speculative_block
@@ -633,22 +638,14 @@ class OllamaReply:
     # ----- a whole answer -----------------------------------------------------------------
 
     async def whole(self, request: Request, events: GenerationStream) -> Response:
-        watcher = asyncio.create_task(stop_when_gone(request, events))
-        text, last = [], None
         try:
-            async for event in events:
-                text.append(event.text)
-                last = event
+            text, last = await gathered(request, events)
         except LocalspecError as exc:
-            return error_response(self.failed(exc))
-        finally:
-            watcher.cancel()
-        if last is None or not last.finish_reason:
-            if self.server.stopping:
-                return error_response(self.failed(ShuttingDown()))
-            self.gone()
-            return Response(status_code=499)
-        content, calls = "".join(text), []
+            return self._failed(exc)
+        ended = unfinished(self.server, last, self._failed, self.gone)
+        if ended is not None or last is None:
+            return ended or Response(status_code=499)
+        content, calls = text, []
         if self.tool_format is not None:
             rest, calls = self.tool_format.parse(content)
             content = (rest or "") if calls else content
@@ -684,6 +681,9 @@ class OllamaReply:
                 self.server.finished(self.endpoint, self.mode, last.stats, last.finish_reason)
             elif not failed:  # the client closed the stream
                 self.gone()
+
+    def _failed(self, exc: LocalspecError) -> Response:
+        return error_response(self.failed(exc))
 
     def failed(self, exc: LocalspecError) -> ApiError:
         return generation_failed(self.server, self.endpoint, self.mode, exc)

@@ -14,7 +14,7 @@ import codecs
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -330,3 +330,34 @@ async def stop_when_gone(request: Request, events: GenerationStream) -> None:
     while not await request.is_disconnected():
         await asyncio.sleep(DISCONNECT_POLL_S)
     await events.aclose()
+
+
+async def gathered(request: Request, events: GenerationStream) -> tuple[str, RoundEvent | None]:
+    """A whole answer's text and its last event, the generation stopped within a round if
+    the client goes away (the last event then has no finish reason: ``unfinished``). The
+    ``LocalspecError`` of a failed generation goes to the caller, to say in its API's shape."""
+    watcher = asyncio.create_task(stop_when_gone(request, events))
+    texts, last = [], None
+    try:
+        async for event in events:
+            texts.append(event.text)
+            last = event
+    finally:
+        watcher.cancel()
+    return "".join(texts), last
+
+
+def unfinished(
+    server: ReplyHost,
+    last: RoundEvent | None,
+    failed: Callable[[LocalspecError], Response],
+    gone: Callable[[], None],
+) -> Response | None:
+    """What answers a whole answer that did not finish (None: it finished): the server is
+    stopping (``failed``, in the API's shape), or the client left (counted, 499)."""
+    if last is not None and last.finish_reason:
+        return None
+    if server.stopping:
+        return failed(ShuttingDown())
+    gone()
+    return Response(status_code=499)

@@ -13,7 +13,6 @@ Fields that change nothing here (``store``, ``include``, ``reasoning``, ``metada
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -30,11 +29,11 @@ from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.engine.toolcalls import ToolCall, ToolFormat, for_tools
 from localspec.errors import LocalspecError
+from localspec.server.answer_stream import streamed
 from localspec.server.host import RouteHost
-from localspec.server.reply import Reply, ReplyHost, ShuttingDown, stop_when_gone
+from localspec.server.reply import Reply, ReplyHost, gathered, unfinished
 from localspec.server.schemas import ChatRequest, LenientBody, Number
 from localspec.server.shapes import ApiError
-from localspec.server.tool_stream import ToolCallStream, text_and_calls
 
 if TYPE_CHECKING:
     from localspec.server.runner import GenerationStream
@@ -244,7 +243,7 @@ def call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:
     }
 
 
-class EventWriter:
+class ItemWriter:
     """A stream's events, numbered in order: the answer's text as one ``message`` item
     (opened on the first text, closed before a call or at the end), each call a whole
     ``function_call`` item of its own."""
@@ -333,6 +332,7 @@ class ResponseReply:
         # the chat reply's accounting of failures and of clients that left, shared
         self.accounting = Reply(server, chat, mode, ENDPOINT, tool_format)
         self.rid = f"resp_{uuid.uuid4().hex}"
+        self.writer = ItemWriter()  # a stream's items and events
         self.created = int(time.time())
 
     def response(
@@ -382,67 +382,48 @@ class ResponseReply:
         items = [message_item(text, "completed")] if text else []
         return items + [call_item(call) for call in calls]
 
+    def _failed(self, exc: LocalspecError) -> Response:
+        return self.accounting.failed(exc).response()
+
     async def whole(self, request: Request, events: GenerationStream) -> Response:
-        watcher = asyncio.create_task(stop_when_gone(request, events))
-        texts, last = [], None
         try:
-            async for event in events:
-                texts.append(event.text)
-                last = event
+            text, last = await gathered(request, events)
         except LocalspecError as exc:
-            return self.accounting.failed(exc).response()
-        finally:
-            watcher.cancel()
-        if last is None or not last.finish_reason:
-            if self.server.stopping:
-                return self.accounting.failed(ShuttingDown()).response()
-            self.accounting.gone()
-            return Response(status_code=499)
+            return self._failed(exc)
+        ended = unfinished(self.server, last, self._failed, self.accounting.gone)
+        if ended is not None or last is None:
+            return ended or Response(status_code=499)
         status = self.status_of(last)
         self.server.finished(ENDPOINT, self.mode, last.stats, status)
-        return JSONResponse(self.response(self.output("".join(texts)), last, status))
+        return JSONResponse(self.response(self.output(text), last, status))
 
-    async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
-        writer, last, failed, status = EventWriter(), None, False, ""
-        tools = ToolCallStream(self.tool_format) if self.tool_format is not None else None
-        try:
-            started = self.response([], None, "in_progress")
-            yield writer.event("response.created", response=started)
-            yield writer.event("response.in_progress", response=started)
-            async for event in events:
-                last = event
-                text, calls = text_and_calls(tools, event.text, event.finish_reason is not None)
-                for chunk in writer.delta(text):
-                    yield chunk
-                for call in calls:
-                    for chunk in writer.call(call):
-                        yield chunk
-            if last is None or not last.finish_reason:
-                if self.server.stopping:
-                    raise ShuttingDown
-                return  # the client closed the stream: counted below
-            for chunk in writer.close():
-                yield chunk
-            status = self.status_of(last)
-            done = self.response(writer.items, last, status)
-            kind = "response.completed" if status == "completed" else "response.incomplete"
-            yield writer.event(kind, response=done)
-        except LocalspecError as exc:
-            failed = True
-            error = self.accounting.failed(exc)
-            yield writer.event("error", code=error.code, message=error.message, param=error.param)
-        except Exception as exc:  # the status line is sent: say it in the stream
-            failed = True
-            log.exception("%s: generation failed", ENDPOINT)
-            self.server.ended(ENDPOINT, 500)
-            message = f"generation failed: {type(exc).__name__}"
-            yield writer.event("error", code="server_error", message=message, param=None)
-        finally:
-            await events.aclose()
-            if status and last is not None:
-                self.server.finished(ENDPOINT, self.mode, last.stats, status)
-            elif not failed:  # the client closed the stream
-                self.accounting.gone()
+    def opening(self) -> Iterator[str]:
+        started = self.response([], None, "in_progress")
+        yield self.writer.event("response.created", response=started)
+        yield self.writer.event("response.in_progress", response=started)
+
+    def text(self, text: str) -> Iterator[str]:
+        return self.writer.delta(text)
+
+    def call(self, call: ToolCall) -> Iterator[str]:
+        return self.writer.call(call)
+
+    def closing(self, last: RoundEvent, called: bool) -> tuple[str, Iterator[str]]:
+        status = self.status_of(last)
+        return status, self._closing(last, status)
+
+    def _closing(self, last: RoundEvent, status: str) -> Iterator[str]:
+        yield from self.writer.close()
+        done = self.response(self.writer.items, last, status)
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        yield self.writer.event(kind, response=done)
+
+    def error(self, error: ApiError) -> str:
+        code = error.code or error.kind
+        return self.writer.event("error", code=code, message=error.message, param=error.param)
+
+    def sse(self, events: GenerationStream) -> AsyncIterator[str]:
+        return streamed(self, events, self.tool_format, self.accounting)
 
 
 # ----- the route ------------------------------------------------------------------------------
