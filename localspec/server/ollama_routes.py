@@ -63,13 +63,9 @@ log = logging.getLogger("localspec.server")
 OLLAMA_API_VERSION = "0.6.0"
 CHAT, GENERATE = "/api/chat", "/api/generate"
 # Ollama's sampling defaults, for requests that leave them out: its clients expect them
-OLLAMA_SAMPLING = {
-    "temperature": 0.8,
-    "top_k": 40,
-    "top_p": 0.9,
-    "repeat_penalty": 1.1,
-    "repeat_last_n": 64,
-}
+# (no repeat penalty: Ollama stopped applying its old default of 1.1 to models whose
+# parameters set none in 2026, as llama.cpp did before it)
+OLLAMA_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9}
 # Ollama options whose neutral value changes nothing, and which are refused otherwise: this
 # server does not apply them, and a sampler setting silently ignored changes the answer
 NEUTRAL_OPTIONS: dict[str, float] = {
