@@ -62,6 +62,21 @@ def test_generations_in_one_batch_give_what_each_gives_alone(qwen: Engine, slots
     assert got[-1].stats.accepted > 0  # the copying answer was drafted, in a shared batch
 
 
+def test_penalized_generations_in_one_batch_give_what_each_gives_alone(
+    qwen: Engine, slots: Engine
+) -> None:
+    """Each slot's rows are penalized by its own context and draft, whatever runs beside."""
+    penalized = {"repeat_penalty": 1.3, "frequency_penalty": 0.2, "repeat_last_n": 32}
+    prompts = [*PROMPTS[:2], COPYING]
+    got = slots.generate_many(prompts, max_tokens=32, **penalized)
+    for prompt, result in zip(prompts, got, strict=True):
+        ref = plain_reference(qwen, prompt, 32, **penalized)
+        report = compare(ref.tokens, ref.margins, result.tokens, ref.runners_up)
+        assert report.ok, (prompt, report)
+    free = plain_reference(qwen, COPYING, 32)
+    assert free.tokens != got[-1].tokens  # the penalty was applied
+
+
 def test_a_cache_moved_to_close_a_gap_keeps_its_answer(qwen: Engine, qwen_path: Path) -> None:
     """The second of four generations ends first: the last one's cache moves into its
     sequence id (one pass per step again), and every answer is still what it is alone."""
