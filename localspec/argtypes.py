@@ -91,7 +91,7 @@ temperature = real(0.0, 100.0, note=" (0: greedy)")
 probability = real(0.0, 1.0)
 port = integer(0, 65535)
 top_p = real(0.0, 1.0, lo_open=True, note=" (1: off)")
-repeat_penalty = real(0.0, 100.0, lo_open=True, note=" (1: off)")
+repeat_penalty = real(0.0, None, lo_open=True, note=" (1: off)")
 penalty = real(-2.0, 2.0, note=" (0: off)")  # OpenAI's range for presence and frequency
 penalty_window = integer(-1, HUGE, " (0: off, -1: the whole context)")
 

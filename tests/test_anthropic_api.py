@@ -291,6 +291,8 @@ DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/p
 BAD_BODIES = [
     ({"messages": ASK}, "max_tokens"),
     ({"messages": ASK, "max_tokens": 0}, "max_tokens"),
+    ({"messages": ASK, "max_tokens": -1}, "max_tokens"),
+    ({"messages": ASK, "max_tokens": 4, "repeat_penalty": 0}, "repeat_penalty"),
     ({"messages": ASK, "max_tokens": 4, "temperature": 1.5}, "temperature"),
     ({"messages": [], "max_tokens": 4}, "messages"),
     ({"messages": [{"role": "system", "content": "x"}], "max_tokens": 4}, "role"),
@@ -495,6 +497,15 @@ def test_a_streamed_tool_use(qwen_client: anthropic.Anthropic) -> None:
     (call,) = final.content
     assert call.type == "tool_use" and call.name == "get_weather"
     assert call.input == {"city": "Paris"}
+
+
+def test_penalties_as_the_openai_routes_take_them(qwen_client: anthropic.Anthropic) -> None:
+    """Anthropic's API has no penalties; this server takes the OpenAI routes' ones here too,
+    rather than ignoring them."""
+    listing = user_says("Write the word 'cat' ten times, separated by commas.")
+    plain = ask(qwen_client, listing, 16)
+    penalized = ask(qwen_client, listing, 16, extra_body={"repeat_penalty": 1.5})
+    assert penalized.content[0].text != plain.content[0].text
 
 
 def test_count_tokens_counts_the_tools(qwen_client: anthropic.Anthropic) -> None:

@@ -319,7 +319,8 @@ def test_web_pages_cannot_drive_the_server(engine: Engine) -> None:
         # llama-server's aliases, behind the same guards
         assert httpx.get(f"{url}/v1/health").status_code == 200
         assert httpx.get(f"{url}/models").status_code == 401
-        assert httpx.get(f"{url}/models", headers=key).json()["data"]
+        model_id = httpx.get(f"{url}/models", headers=key).json()["data"][0]["id"]
+        assert httpx.get(f"{url}/models/{model_id}", headers=key).json()["id"] == model_id
         chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         assert httpx.post(f"{url}/chat/completions", json=chat, headers=key).status_code == 200
     with LiveServer(engine, ServerSettings(allowed_origins=("https://app.example",))) as url:

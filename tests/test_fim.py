@@ -903,3 +903,14 @@ def test_a_middle_that_does_not_rejoin_the_suffix_is_sent_whole() -> None:
     assert out[-1].finish_reason == "length"
     plain = Events(written)
     assert ended_at_suffix(plain, "text") is plain  # type: ignore[arg-type]
+
+
+def test_a_suffix_request_at_the_file_s_end_has_the_end_rules_too() -> None:
+    """``suffix: ""`` on /v1/completions: the cursor at the end of the file, a middle
+    still, which ends before a definition of its own and without blank lines after it."""
+    written = ["    return a * b\n", "\n\n", "def sub(a, b):\n", "    return a - b\n"]
+    events = Events(written)
+    prompt = FimPrompt("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n", "")
+    out = asyncio.run(read_all(ended_at_suffix(events, prompt)))  # type: ignore[arg-type]
+    assert "".join(e.text for e in out) == "    return a * b\n"
+    assert out[-1].finish_reason == "stop" and events.closed

@@ -59,6 +59,13 @@ def test_a_response_is_the_chat_answer_in_this_api_s_shape(client: openai.OpenAI
     )
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
     assert cut.usage.output_tokens == 5 and cut.instructions == "Be brief."
+    assert cut.output[0].status == "incomplete"  # the message the limit cut
+    listing = "Write the word 'cat' ten times, separated by commas."
+    plain = client.responses.create(input=listing, max_output_tokens=16, **GREEDY)
+    penalized = client.responses.create(
+        input=listing, max_output_tokens=16, extra_body={"repeat_penalty": 1.5}, **GREEDY
+    )
+    assert penalized.output_text != plain.output_text  # penalties as on the chat route
 
 
 def test_a_stream_s_events_and_its_final_response(client: openai.OpenAI) -> None:
@@ -177,6 +184,11 @@ def test_a_request_shaped_as_codex_sends_it(base: str) -> None:
         ({"input": "hi", "tool_choice": {"type": "mcp"}}, "tool_choice"),
         ({"input": "hi", "text": {"format": {"type": "yaml"}}}, "text.format"),
         ({"input": 3}, "input"),
+        # the chat request's checks, named as this API names its fields
+        ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": []}, "input"),
+        ({"input": "hi", "tools": [{"type": "function"}]}, "tools"),
+        ({"input": "hi", "frequency_penalty": 9}, "frequency_penalty"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(base: str, body: dict[str, Any], param: str) -> None:
@@ -184,6 +196,7 @@ def test_bad_input_is_a_400_naming_the_field(base: str, body: dict[str, Any], pa
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param, error
+    assert "max_tokens" not in error["message"] and ".function." not in error["message"]
 
 
 async def test_a_failure_after_the_stream_started_is_an_error_event() -> None:

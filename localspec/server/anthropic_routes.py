@@ -29,7 +29,7 @@ from localspec.server.answer_stream import streamed
 from localspec.server.host import RouteHost
 from localspec.server.reply import Reply, ReplyHost, gathered, unfinished
 from localspec.server.runner import GenerationStream
-from localspec.server.schemas import ChatRequest, LenientBody, Number
+from localspec.server.schemas import PENALTY_FIELDS, ChatRequest, LenientBody, Number
 from localspec.server.shapes import ApiError
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class CountTokensRequest(LenientBody):
 
 
 class MessagesRequest(CountTokensRequest):
-    max_tokens: StrictInt  # required by Anthropic's API: there is no default length
+    max_tokens: StrictInt = Field(ge=1)  # required by Anthropic's API: no default length
     stop_sequences: list[StrictStr] | None = None
     temperature: Number | None = Field(default=None, ge=0.0, le=1.0)
     top_p: Number | None = None
@@ -108,6 +108,11 @@ class MessagesRequest(CountTokensRequest):
     stream: StrictBool = False
     output_config: dict[str, Any] | None = None  # its ``format``; ``effort`` changes nothing
     output_format: dict[str, Any] | None = None  # the structured-outputs beta's name for it
+    # penalties, as the OpenAI routes take them (Anthropic's API has none)
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    repeat_penalty: Any = None
+    repeat_last_n: Any = None
 
 
 def block_type(block: dict[str, Any], where: str) -> str:
@@ -321,6 +326,7 @@ def chat_body(req: CountTokensRequest) -> dict[str, Any]:
             top_k=req.top_k,
             stream=req.stream,
             response_format=response_format(req),
+            **{name: getattr(req, name) for name in PENALTY_FIELDS},
         )
     return {key: value for key, value in body.items() if value is not None}
 

@@ -560,6 +560,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> Starle
             counted_route(server, "/v1/models", server.models),
             counted_route(server, "/models", server.models),
             counted_route(server, "/v1/models/{model_id:path}", server.model),
+            counted_route(server, "/models/{model_id:path}", server.model),
             Route("/v1/completions", server.completions, methods=["POST"]),
             Route("/v1/chat/completions", server.chat, methods=["POST"]),
             Route("/chat/completions", server.chat, methods=["POST"]),

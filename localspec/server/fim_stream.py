@@ -56,8 +56,9 @@ class MiddleStream:
 
 
 def ended_at_suffix(events: GenerationStream, prompt: object) -> GenerationStream:
-    """The events of a generation of ``prompt``: a middle to fill with a suffix is cut where
-    it rejoins it; any other prompt's events as they are."""
-    if isinstance(prompt, FimPrompt) and prompt.suffix:
+    """The events of a generation of ``prompt``: a middle to fill is cut where its end rules
+    say (with an empty suffix too: the cursor at the file's end); any other prompt's events
+    as they are."""
+    if isinstance(prompt, FimPrompt):
         return MiddleStream(events, prompt)  # type: ignore[return-value]
     return events

@@ -50,7 +50,7 @@ from localspec.server.reply import (
 )
 from localspec.server.runner import GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest, LenientBody, Number
-from localspec.server.shapes import ApiError, speculative_block
+from localspec.server.shapes import ApiError, in_terms_of, speculative_block
 from localspec.server.tool_stream import ToolCallStream, text_and_calls
 
 if TYPE_CHECKING:
@@ -458,16 +458,7 @@ def openai_format(given: str | dict[str, Any] | None) -> dict[str, Any] | None:
 
 def in_ollama_terms(exc: ApiError) -> ApiError:
     """An error about a translated field, named as the Ollama request names it."""
-    if not exc.param:
-        return exc
-    head, dot, rest = exc.param.partition(".")
-    if head not in OLLAMA_NAMES:
-        return exc
-    param = f"{OLLAMA_NAMES[head]}{dot}{rest}"
-    message = exc.message
-    if message.startswith(exc.param):
-        message = param + message[len(exc.param) :]
-    return ApiError(exc.status, message, exc.kind, param, exc.code, exc.headers)
+    return in_terms_of(exc, OLLAMA_NAMES)
 
 
 # ----- the model's description ----------------------------------------------------------------

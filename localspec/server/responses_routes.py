@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pydantic import StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -32,8 +32,8 @@ from localspec.errors import LocalspecError
 from localspec.server.answer_stream import streamed
 from localspec.server.host import RouteHost
 from localspec.server.reply import Reply, ReplyHost, gathered, unfinished
-from localspec.server.schemas import ChatRequest, LenientBody, Number
-from localspec.server.shapes import ApiError
+from localspec.server.schemas import PENALTY_FIELDS, ChatRequest, LenientBody, Number
+from localspec.server.shapes import ApiError, in_terms_of
 
 if TYPE_CHECKING:
     from localspec.server.runner import GenerationStream
@@ -43,6 +43,9 @@ ENDPOINT = "/v1/responses"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text")
 DROPPED_ITEMS = ("reasoning",)  # an earlier answer's reasoning: not shown to the model
+# the chat request's fields, as this API names them (in errors)
+NAMES = {"max_tokens": "max_output_tokens", "messages": "input", "response_format": "text.format"}
+PHRASES = ((".function.", "."), ("max_tokens", "max_output_tokens"), ("the messages", "the input"))
 
 
 def refused(where: str, message: str) -> ApiError:
@@ -56,7 +59,7 @@ class ResponsesRequest(LenientBody):
     model: StrictStr | None = None  # informational only, as on the other routes
     input: StrictStr | list[dict[str, Any]]
     instructions: StrictStr | None = None
-    max_output_tokens: StrictInt | None = None
+    max_output_tokens: StrictInt | None = Field(default=None, ge=1)
     temperature: Number | None = None
     top_p: Number | None = None
     tools: list[dict[str, Any]] | None = None
@@ -67,6 +70,11 @@ class ResponsesRequest(LenientBody):
     previous_response_id: StrictStr | None = None
     background: StrictBool = False
     speculative: dict[str, Any] | None = None  # localspec's per-request override
+    # penalties, as the chat route takes them (this API has none of its own)
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    repeat_penalty: Any = None
+    repeat_last_n: Any = None
 
 
 def part_text(part: Any, where: str) -> str:
@@ -211,6 +219,7 @@ def chat_body(req: ResponsesRequest) -> dict[str, Any]:
         "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": chat_format(req.text),
         "speculative": req.speculative,
+        **{name: getattr(req, name) for name in PENALTY_FIELDS},
     }
     if req.tools:
         body["tools"] = [chat_tool(t, f"tools.{i}") for i, t in enumerate(req.tools)]
@@ -287,10 +296,11 @@ class ItemWriter:
         yield self.event("response.output_item.done", output_index=at, item=item)
         self.items.append(item)
 
-    def close(self) -> Iterator[str]:
+    def close(self, status: str = "completed") -> Iterator[str]:
+        """The message item ended: ``completed``, or ``incomplete`` at the token limit."""
         if self.open is None:
             return
-        item = message_item(self.text, "completed")
+        item = message_item(self.text, status)
         item["id"] = self.open["id"]
         part = item["content"][0]
         yield self.event("response.output_text.done", **self._place(), text=self.text, logprobs=[])
@@ -373,13 +383,14 @@ class ResponseReply:
     def status_of(last: RoundEvent) -> str:
         return "incomplete" if last.finish_reason == "length" else "completed"
 
-    def output(self, text: str) -> list[dict[str, Any]]:
-        """The answer's items: its text, then the calls read from it."""
+    def output(self, text: str, status: str) -> list[dict[str, Any]]:
+        """The answer's items: its text (``incomplete`` where the token limit cut it), then
+        the calls read from it."""
         calls: list[ToolCall] = []
         if self.tool_format is not None:
             rest, calls = self.tool_format.parse(text)
             text = (rest or "") if calls else text
-        items = [message_item(text, "completed")] if text else []
+        items = [message_item(text, status)] if text else []
         return items + [call_item(call) for call in calls]
 
     def _failed(self, exc: LocalspecError) -> Response:
@@ -395,7 +406,7 @@ class ResponseReply:
             return ended or Response(status_code=499)
         status = self.status_of(last)
         self.server.finished(ENDPOINT, self.mode, last.stats, status)
-        return JSONResponse(self.response(self.output(text), last, status))
+        return JSONResponse(self.response(self.output(text, status), last, status))
 
     def opening(self) -> Iterator[str]:
         started = self.response([], None, "in_progress")
@@ -413,7 +424,7 @@ class ResponseReply:
         return status, self._closing(last, status)
 
     def _closing(self, last: RoundEvent, status: str) -> Iterator[str]:
-        yield from self.writer.close()
+        yield from self.writer.close(status)
         done = self.response(self.writer.items, last, status)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         yield self.writer.event(kind, response=done)
@@ -437,8 +448,11 @@ class ResponsesRoutes:
         try:
             partition = self.server.check_caller(request)
             body = self.server.parse_body(ResponsesRequest, await self.server.read_json(request))
-            chat = self.server.parse(ChatRequest, chat_body(body))
-            args = self.server.generation_args(chat, partition)
+            try:
+                chat = self.server.parse(ChatRequest, chat_body(body))
+                args = self.server.generation_args(chat, partition)
+            except ApiError as exc:
+                raise in_terms_of(exc, NAMES, PHRASES) from None
             args.pop("n_prompt")
             events = await self.server.start(request, args)
         except ApiError as exc:

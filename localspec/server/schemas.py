@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import (
@@ -143,6 +144,8 @@ class LenientBody(BaseModel):
         return data
 
 
+# llama.cpp's repetition penalties, taken on every route that generates (under these names)
+PENALTY_FIELDS = ("frequency_penalty", "presence_penalty", "repeat_penalty", "repeat_last_n")
 NO_LIMIT = -1  # max_tokens: llama-server's "until the model ends or the context is full"
 
 
@@ -166,6 +169,13 @@ class _Common(LenientBody):
     repeat_last_n: StrictInt = Field(default=64, ge=-1)
     logit_bias: dict[str, Number] | None = None
     speculative: SpeculativeOverride | None = None
+
+    @field_validator(*PENALTY_FIELDS, mode="before")
+    @classmethod
+    def finite(cls, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a finite number (got {value})")
+        return value
 
     @field_validator("stop")
     @classmethod

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -37,6 +38,27 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def in_terms_of(
+    exc: ApiError, names: dict[str, str], phrases: Sequence[tuple[str, str]] = ()
+) -> ApiError:
+    """An error about a field of the chat request another API's request was translated
+    into, named as that API names it: ``names`` maps the chat request's top field to that
+    API's (``max_tokens`` to ``options.num_predict``), ``phrases`` rewrite the message."""
+    param, message = exc.param, exc.message
+    if param:
+        head, dot, rest = param.partition(".")
+        if head in names:
+            renamed = f"{names[head]}{dot}{rest}"
+            if message.startswith(param):
+                message = renamed + message[len(param) :]
+            param = renamed
+    for old, new in phrases:
+        message = message.replace(old, new)
+    if (param, message) == (exc.param, exc.message):
+        return exc
+    return ApiError(exc.status, message, exc.kind, param, exc.code, exc.headers)
 
 
 def speculative_block(stats: Stats, mode: str) -> dict[str, Any]:
