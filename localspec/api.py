@@ -43,7 +43,7 @@ from localspec.engine.model_context import (
 from localspec.engine.mtp import MtpContext
 from localspec.engine.penalties import NO_PENALTIES, Penalties
 from localspec.engine.prompt_cache import DEFAULT_MAX_BYTES, PromptCache
-from localspec.engine.prompting import Message, build_prompt
+from localspec.engine.prompting import Message, TokenPrompt, build_prompt
 from localspec.engine.scheduler import DONE, BatchScheduler, SlotRequest, SlotWork
 from localspec.engine.scoring import score_tokens
 from localspec.engine.settings import GenerationSettings
@@ -79,7 +79,7 @@ class GenerationResult:
 
 DEFAULT_PROMPT_CACHE_MB = DEFAULT_MAX_BYTES / 2**20
 # text, chat messages, or a middle to fill between a prefix and a suffix
-Prompt = str | Sequence[Message] | FimPrompt
+Prompt = str | Sequence[Message] | FimPrompt | TokenPrompt
 
 
 class Engine:
@@ -286,6 +286,8 @@ class Engine:
             return healed_fim_tokens(self.target, prompt, self.target_path.name)
         if isinstance(prompt, FimPrompt):
             return fim_tokens(self.target, prompt, self.target_path.name), ""
+        if isinstance(prompt, TokenPrompt):
+            return prompt.checked(self.target.n_vocab), ""
         chat = chat or not isinstance(prompt, str) or system is not None  # a system: a chat
         return build_prompt(self.target, prompt, chat, system, tools), ""
 
@@ -508,19 +510,23 @@ class Engine:
         grammar = Grammar(self.target, s.grammar) if s.grammar is not None else None
         return GenerationJob(s, sampling, mode, spec, tokens, grammar, record_margins, healed)
 
-    def score(self, text: str, top: int = 0) -> list[tuple[int, TokenLogprob | None]]:
+    def score(self, text: str | TokenPrompt, top: int = 0) -> list[tuple[int, TokenLogprob | None]]:
         """Each token of ``text`` (tokenized as a raw prompt, without the BOS token the
-        tokenizer may add) with its log-probability under the target given the text before it,
-        and the ``top`` most likely tokens there (None for the first token of the model's
-        input). What a completions request with ``echo`` and ``logprobs`` returns for its
-        prompt, and what evaluation harnesses use to score a continuation."""
-        checks.text("text", text, none_ok=False)
+        tokenizer may add; a ``TokenPrompt``'s ids as they are) with its log-probability
+        under the target given the text before it, and the ``top`` most likely tokens there
+        (None for the first token of the model's input). What a completions request with
+        ``echo`` and ``logprobs`` returns for its prompt, and what evaluation harnesses use
+        to score a continuation."""
         checks.integer("top", top, low=0)
-        if not text:
-            raise LocalspecError("the text to score is empty", "give some text")
-        tokens = self.tokenize_prompt(text)
-        bare = len(self.target.tokenize(text, add_special=False, parse_special=True))
-        skip = len(tokens) - bare
+        if isinstance(text, TokenPrompt):
+            tokens, skip = text.checked(self.target.n_vocab), 0
+        else:
+            checks.text("text", text, none_ok=False)
+            if not text:
+                raise LocalspecError("the text to score is empty", "give some text")
+            tokens = self.tokenize_prompt(text)
+            bare = len(self.target.tokenize(text, add_special=False, parse_special=True))
+            skip = len(tokens) - bare
         if self.parallel > 1:  # in a free slot, on the scheduler's thread
             return self.scheduler().call(
                 tokens, lambda target, _draft: next(self._score(tokens, top, skip, target))

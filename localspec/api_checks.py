@@ -16,6 +16,7 @@ from localspec.argtypes import MIN_CONTEXT
 from localspec.drafters.ngram import NgramParams
 from localspec.engine.fim import ExtraFile, FimPrompt
 from localspec.engine.loop import SpecConfig
+from localspec.engine.prompting import TokenPrompt
 from localspec.engine.settings import GenerationSettings
 from localspec.errors import LocalspecError
 
@@ -149,8 +150,9 @@ def tools(value: object) -> None:
 
 
 def prompt(value: object) -> None:
-    """Text, chat messages (a list of {"role", "content"} dicts), or a ``FimPrompt``."""
-    if isinstance(value, str):
+    """Text, chat messages (a list of {"role", "content"} dicts), a ``FimPrompt`` or a
+    ``TokenPrompt``."""
+    if isinstance(value, str | TokenPrompt):
         return
     if isinstance(value, FimPrompt):
         return fim_prompt(value)

@@ -167,6 +167,31 @@ def test_completions_prompt_list_echo_and_logprobs(client: openai.OpenAI) -> Non
         client.completions.create(model="local", prompt=["a", "b"], max_tokens=2)
 
 
+def test_a_prompt_of_token_ids(client: openai.OpenAI, base: str, engine: Engine) -> None:
+    """OpenAI's completions and llama-server's /completion take a prompt as token ids (as
+    evaluation harnesses send it): read as they are, the answer the text's own."""
+    prompt = "The capital of France is"
+    ids = engine.tokenize_prompt(prompt)
+    greedy = {"model": "local", "max_tokens": 6, "temperature": 0}
+    as_text = client.completions.create(prompt=prompt, **greedy).choices[0].text
+    for given in (ids, [ids]):
+        reply = client.completions.create(prompt=given, **greedy)
+        assert reply.choices[0].text == as_text and reply.usage.prompt_tokens == len(ids)
+    scored = client.completions.create(
+        model="local", prompt=ids, max_tokens=0, echo=True, logprobs=1
+    ).choices[0]
+    assert scored.text.endswith(prompt) and len(scored.logprobs.tokens) == len(ids)
+    body = {"prompt": ids, "n_predict": 6, "temperature": 0}
+    assert httpx.post(f"{base}/completion", json=body, timeout=60).json()["content"] == as_text
+    for wrong, words in (
+        ({"prompt": [engine.target.n_vocab]}, "not in the model's vocabulary"),
+        ({"prompt": [1, "a"]}, "prompt"),
+        ({"prompt": ids, "suffix": "x"}, "a suffix needs a text prompt"),
+    ):
+        r = httpx.post(f"{base}/v1/completions", json={"max_tokens": 2, **wrong}, timeout=60)
+        assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+
+
 def test_echo_with_no_new_token_scores_a_text(client: openai.OpenAI, engine: Engine) -> None:
     """How evaluation harnesses (lm-eval's loglikelihood) ask a server which continuation the
     model finds likelier: echo, logprobs, max_tokens 0."""

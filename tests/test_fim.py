@@ -693,6 +693,7 @@ def test_openai_suffix_is_the_same_middle(base: str) -> None:
         ("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{}]}, "text"),
         ("/infill", {"input_prefix": "", "input_suffix": "", "repeat_penalty": 0}, "penalty"),
         ("/infill", {"input_prefix": "", "input_suffix": "", "n_probs": 3}, "n_probs"),
+        ("/infill", {"input_prefix": "", "input_suffix": "", "prompt": [1, 2]}, "prompt is text"),
         ("/completion", {"prompt": ""}, "prompt is empty"),
         ("/completion", {"prompt": "x", "n_predict": -3}, "n_predict"),
         ("/completion", {"prompt": "x", "ignore_eos": True}, "ignore_eos"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -14,6 +15,28 @@ from localspec.engine.toolcalls import describe_tools, format_for
 from localspec.errors import LocalspecError
 
 Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TokenPrompt:
+    """A prompt given as the model's token ids (OpenAI's and llama-server's completions
+    take one; evaluation harnesses send them): read as they are, no BOS added, no template."""
+
+    tokens: tuple[int, ...]
+
+    def checked(self, n_vocab: int) -> list[int]:
+        """The ids, each within the vocabulary, or a LocalspecError naming the first that is
+        not."""
+        if not self.tokens:
+            raise LocalspecError("the prompt has no tokens", "give at least one token id")
+        for i, token in enumerate(self.tokens):
+            if not 0 <= token < n_vocab:
+                raise LocalspecError(
+                    f"the prompt's token #{i + 1}, {token}, is not in the model's vocabulary",
+                    f"token ids run from 0 to {n_vocab - 1}",
+                )
+        return list(self.tokens)
+
 
 # Used when a GGUF carries no template: ChatML, which most small instruct models were tuned on.
 CHATML = (

@@ -30,6 +30,7 @@ from localspec.engine.fim import FimPrompt
 from localspec.engine.fim_fit import fitted
 from localspec.engine.grammar import schema_grammar
 from localspec.engine.loop import TokenLogprob
+from localspec.engine.prompting import TokenPrompt
 from localspec.engine.scheduler import StepFigures
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
@@ -343,7 +344,8 @@ class Server:
             return None
         await self.take_turn(request)
         try:
-            return await asyncio.to_thread(self.engine.score, req.text, req.logprobs)
+            scored = TokenPrompt(req.tokens) if req.tokens is not None else req.text
+            return await asyncio.to_thread(self.engine.score, scored, req.logprobs)
         except LocalspecError as exc:
             raise ApiError(400, exc.message, param="prompt") from None
         finally:
@@ -512,6 +514,10 @@ def prompt_of(req: CompletionRequest | ChatRequest) -> Prompt:
     """The request's prompt: chat messages, text, or with a ``suffix`` a middle to fill."""
     if isinstance(req, ChatRequest):
         return [m.for_template() for m in req.messages]
+    if req.tokens is not None and req.suffix is not None:
+        raise ApiError(400, "a suffix needs a text prompt (not token ids)", param="suffix")
+    if req.tokens is not None:
+        return TokenPrompt(req.tokens)
     if req.suffix is not None:
         return FimPrompt.at_cursor(req.text, req.suffix)
     return req.text

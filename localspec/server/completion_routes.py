@@ -23,6 +23,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    field_validator,
     model_validator,
 )
 from starlette.requests import Request
@@ -40,7 +41,11 @@ from localspec.server.schemas import (
     CompletionRequest,
     LenientBody,
     Number,
+    PromptField,
     SpeculativeOverride,
+    one_prompt,
+    prompt_ids,
+    prompt_text,
 )
 from localspec.server.shapes import ApiError, speculative_block, timings_block
 
@@ -59,7 +64,7 @@ class ExtraChunk(BaseModel):
 class LlamaCompletionBody(LenientBody):
     """``/completion``'s body (llama-server's fields; unknown ones ignored, as it does)."""
 
-    prompt: StrictStr | list[StrictStr] = ""
+    prompt: PromptField = ""
     n_predict: StrictInt = Field(default=-1, ge=-2)
     temperature: Number = Field(default=0.8, ge=0.0, le=2.0)
     top_k: StrictInt = Field(default=40, ge=0)
@@ -90,13 +95,15 @@ class LlamaCompletionBody(LenientBody):
             raise ValueError("ignore_eos is not supported (use n_predict to bound the answer)")
         return self
 
+    _one_prompt = field_validator("prompt")(one_prompt)
+
     @property
     def text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) != 1:
-            raise ApiError(400, "one prompt per request: send them one at a time", param="prompt")
-        return self.prompt[0]
+        return prompt_text(self.prompt)
+
+    @property
+    def tokens(self) -> tuple[int, ...] | None:
+        return prompt_ids(self.prompt)
 
 
 class InfillBody(LlamaCompletionBody):
@@ -111,6 +118,8 @@ class InfillBody(LlamaCompletionBody):
     def fim(self) -> FimPrompt:
         """The prompt to fill: a prefix that ends inside the cursor's line (not at a new
         line) is that line's start, typed as ``prompt`` is (its last token healed)."""
+        if self.tokens:
+            raise ApiError(400, "/infill's prompt is text: the cursor's line", param="prompt")
         extra = tuple(ExtraFile(c.text, c.filename) for c in self.input_extra)
         return FimPrompt.at_cursor(self.input_prefix + self.text, self.input_suffix, extra)
 
@@ -133,7 +142,7 @@ class CompletionRoutes:
             partition = server.check_caller(request)
             body = server.parse_body(model, await server.read_json(request))
             prompt = body.fim() if isinstance(body, InfillBody) else None
-            if prompt is None and not body.text:
+            if prompt is None and not body.text and not body.tokens:
                 raise ApiError(400, "prompt is empty: give some text", param="prompt")
             req = server.parse(CompletionRequest, openai_fields(body))
             args = server.generation_args(req, partition, prompt)
@@ -176,7 +185,8 @@ def openai_fields(body: LlamaCompletionBody) -> dict[str, Any]:
     """The body in the OpenAI completions request's terms (checked there as everywhere)."""
     unlimited = body.n_predict in UNLIMITED  # no limit there: ``_settings`` lifts it
     return {
-        "prompt": body.text or " ",  # an infill's prompt may be empty: its text is the FIM
+        # an infill's prompt may be empty: its text is the FIM
+        "prompt": list(body.tokens) if body.tokens else (body.text or " "),
         "max_tokens": 1 if unlimited else max(body.n_predict, 1),
         "temperature": body.temperature,
         "top_k": body.top_k,

@@ -64,13 +64,19 @@ class Reply:
         self.prompt_logprobs = self.prompt_part(scored) if scored is not None else None
         self.chat = isinstance(req, ChatRequest)
         self.rid = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.echo = req.text if isinstance(req, CompletionRequest) and req.echo else ""
+        self.echo = self.prompt_text(req) if isinstance(req, CompletionRequest) and req.echo else ""
         # text_offset of the next token (completions logprobs), in characters of the text:
         # a token that ends inside a character adds none until the character is complete
         self.offset = len(self.echo)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     # ----- logprobs ---------------------------------------------------------------------------
+
+    def prompt_text(self, req: CompletionRequest) -> str:
+        """The prompt as text (a prompt of token ids, decoded)."""
+        if req.tokens is None:
+            return req.text
+        return b"".join(map(self.server.token_bytes, req.tokens)).decode("utf-8", "replace")
 
     def _token(self, token: int, logprob: float) -> dict[str, Any]:
         """OpenAI's shape: the token as text (``\\x..`` escapes for bytes that are only part

@@ -211,26 +211,51 @@ class _Common(LenientBody):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+# a completion's prompt: text, or the model's token ids (one prompt, or a list of one)
+PromptField = StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
+
+
+def one_prompt(prompt: Any) -> Any:
+    """One prompt per request: a list of several prompts is refused, saying so."""
+    several = isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
+    if several and len(prompt) != 1:
+        raise ValueError(f"one prompt per request ({len(prompt)} given): send them one at a time")
+    return prompt
+
+
+def prompt_ids(prompt: Any) -> tuple[int, ...] | None:
+    """A prompt's token ids, where it was given as such (None: text)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
+        return tuple(prompt)
+    return None
+
+
+def prompt_text(prompt: Any) -> str:
+    """A text prompt's text ("" for token ids)."""
+    if isinstance(prompt, str):
+        return prompt
+    return prompt[0] if prompt and isinstance(prompt[0], str) else ""
+
+
 class CompletionRequest(_Common):
-    prompt: StrictStr | list[StrictStr]
+    prompt: PromptField
     max_tokens: StrictInt | None = 16  # OpenAI's default for completions
     echo: StrictBool = False
     logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     best_of: StrictInt = Field(default=1, ge=1, le=1)  # one answer per request, like n
     suffix: StrictStr | None = None  # fill-in-the-middle: the text after the cursor
 
-    @field_validator("prompt")
-    @classmethod
-    def one_prompt(cls, prompt: Any) -> Any:
-        if isinstance(prompt, list) and len(prompt) != 1:
-            raise ValueError(
-                f"one prompt per request ({len(prompt)} given): send them one at a time"
-            )
-        return prompt
+    _one_prompt = field_validator("prompt")(one_prompt)
 
     @property
     def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        return prompt_text(self.prompt)
+
+    @property
+    def tokens(self) -> tuple[int, ...] | None:
+        return prompt_ids(self.prompt)
 
     @property
     def top_logprobs(self) -> int | None:
