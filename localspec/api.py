@@ -12,6 +12,7 @@ Every consumer (``localspec run``, the TUI, the server, probe, bench) reads the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -489,6 +490,9 @@ class Engine:
     ) -> GenerationJob:
         """Check a request's settings and read its prompt (before it takes any turn)."""
         sampling = validate_sampling(s.temperature, s.top_k, s.top_p, s.min_p, s.seed, s.penalties)
+        bias = s.bias(self.target.eog_tokens() if s.ignore_eos else ())
+        bias.validate(self.target.n_vocab)
+        sampling = dataclasses.replace(sampling, logit_bias=bias)
         if s.seeded:
             s = s.but(reproducible=True)  # what an earlier request left cached must not tip a draw
         if s.max_tokens is not None and s.max_tokens <= 0:

@@ -90,6 +90,11 @@ def settings(value: object) -> GenerationSettings:
         real(name, getattr(s, name))
     integer("top_k", s.top_k)
     integer("seed", s.seed, none_ok=True)
+    for name in ("repeat_penalty", "frequency_penalty", "presence_penalty"):
+        real(name, getattr(s, name))
+    integer("repeat_last_n", s.repeat_last_n)
+    logit_bias(s.logit_bias)
+    flag("ignore_eos", s.ignore_eos)
     integer("logprobs", s.logprobs, low=0, none_ok=True)
     text("mode", s.mode)
     text("grammar", s.grammar)
@@ -102,6 +107,18 @@ def settings(value: object) -> GenerationSettings:
         spec(s.spec)
     tools(s.tools)
     return replace(s, stop=stop_strings(s.stop))
+
+
+def logit_bias(value: object) -> None:
+    """(token id, bias) pairs."""
+    hint = "give (token id, bias) pairs, e.g. [(42, -5.0)]; -inf bans the token"
+    if isinstance(value, str | bytes | dict) or not isinstance(value, Sequence):
+        raise LocalspecError(f"logit_bias must be a list of pairs (got {value!r:.60})", hint)
+    for pair in value:
+        if not (isinstance(pair, Sequence) and len(pair) == 2):
+            raise LocalspecError(f"logit_bias: {pair!r:.40} is not a (token id, bias) pair", hint)
+        integer("logit_bias token", pair[0])
+        real("logit_bias bias", pair[1])
 
 
 def spec(value: object) -> SpecConfig:

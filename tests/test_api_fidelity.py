@@ -192,6 +192,28 @@ def test_a_prompt_of_token_ids(client: openai.OpenAI, base: str, engine: Engine)
         assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
 
 
+def test_a_logit_bias_and_ignore_eos(client: openai.OpenAI, base: str, engine: Engine) -> None:
+    """OpenAI's ``logit_bias`` (token ids as text, -100 to 100) and llama-server's (a token
+    or a text, ``false`` bans it; ``ignore_eos``: on to the token limit)."""
+    prompt = "The capital of France is"
+    greedy = {"model": "local", "max_tokens": 4, "temperature": 0}
+    plain = client.completions.create(prompt=prompt, **greedy).choices[0].text
+    first = engine.target.tokenize(plain, add_special=False)[0]
+    banned = client.completions.create(prompt=prompt, logit_bias={str(first): -100}, **greedy)
+    assert banned.choices[0].text != plain
+    llama = {"prompt": prompt, "n_predict": 4, "temperature": 0}
+    word = engine.target.detokenize([first])
+    for bias in ([[word, False]], {str(first): False}):
+        r = httpx.post(f"{base}/completion", json={**llama, "logit_bias": bias}, timeout=60)
+        assert r.json()["content"] == banned.choices[0].text
+    endless = {"prompt": "Say hi.", "n_predict": 12, "ignore_eos": True, "temperature": 0}
+    r = httpx.post(f"{base}/completion", json=endless, timeout=60).json()
+    assert r["tokens_predicted"] == 12 and r["stop_type"] == "limit"
+    for wrong in ({"x": 1}, {str(first): 101}, {"999999999": 1}):
+        with pytest.raises(openai.BadRequestError, match="logit_bias"):
+            client.completions.create(prompt=prompt, logit_bias=wrong, **greedy)
+
+
 def test_echo_with_no_new_token_scores_a_text(client: openai.OpenAI, engine: Engine) -> None:
     """How evaluation harnesses (lm-eval's loglikelihood) ask a server which continuation the
     model finds likelier: echo, logprobs, max_tokens 0."""

@@ -696,7 +696,8 @@ def test_openai_suffix_is_the_same_middle(base: str) -> None:
         ("/infill", {"input_prefix": "", "input_suffix": "", "prompt": [1, 2]}, "prompt is text"),
         ("/completion", {"prompt": ""}, "prompt is empty"),
         ("/completion", {"prompt": "x", "n_predict": -3}, "n_predict"),
-        ("/completion", {"prompt": "x", "ignore_eos": True}, "ignore_eos"),
+        ("/completion", {"prompt": "x", "logit_bias": [[1, "a"]]}, "logit_bias"),
+        ("/completion", {"prompt": "x", "logit_bias": {"999999999": 1}}, "vocabulary"),
         ("/completion", {"prompt": "x", "json_schema": {"type": "nope"}}, "json_schema"),
     ],
 )

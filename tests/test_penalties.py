@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -83,3 +85,17 @@ def test_a_neural_draft_is_penalized_as_the_target_will_penalize_it() -> None:
     assert draft.tokens == [0, 2, 0]
     free = NeuralDrafter(None, SamplingParams())
     assert free.draft_from(row, lambda _token, _n: row, 3, context=[1]).tokens == [0, 0, 0]
+
+
+def test_a_logit_bias_is_added_to_every_row_plain_or_drafted() -> None:
+    from localspec.drafters.neural import NeuralDrafter
+    from localspec.engine.logit_bias import BiasedRows, LogitBias
+    from localspec.engine.verify import SamplingParams
+
+    bias = LogitBias(((0, -math.inf), (2, 0.5)))
+    row = np.array([2.0, 1.9, 1.5], dtype=np.float32)
+    np.testing.assert_array_equal(bias.apply(row), np.array([-np.inf, 1.9, 2.0], np.float32))
+    rows = BiasedRows([row, row], bias)
+    assert len(rows) == 2 and rows[1][0] == -np.inf and rows[0][2] == 2.0
+    drafter = NeuralDrafter(None, SamplingParams(logit_bias=bias))
+    assert drafter.draft_from(row, lambda _token, _n: row, 2).tokens == [2, 2]

@@ -237,6 +237,9 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--stop", action="append", type=at.text, default=[], help="stop string (repeatable)"
     )
+    g.add_argument(
+        "--ignore-eos", action="store_true", help="write on past the model's end tokens to -n"
+    )
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:

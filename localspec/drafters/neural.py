@@ -61,7 +61,10 @@ class NeuralDrafter(Generic[Model]):
         probs: list[np.ndarray] | None = None if self.sampling.greedy else []
         penalties = self.sampling.penalties
         seen = list(penalties.window(context)) if penalties.active else []
+        bias = self.sampling.logit_bias
         while True:
+            if bias.active:
+                row = bias.apply(row)
             if penalties.active:
                 row = penalties.apply(row, penalties.window([*seen, *tokens]))
             token, q, top = choose_draft_token(row, self.sampling, self.rng, self.p_min)

@@ -21,6 +21,7 @@ from localspec.engine.costs import ModelledTimes
 from localspec.engine.drafting import Draft, Drafter, Steps, decode_directly, is_stepped
 from localspec.engine.grammar import ConstrainedRows, GrammarState
 from localspec.engine.healing import HealedStart
+from localspec.engine.logit_bias import BiasedRows
 from localspec.engine.model_context import ContextOptions, ModelContext
 from localspec.engine.output import OutputAssembler
 from localspec.engine.penalties import PenalizedRows
@@ -290,8 +291,10 @@ class SpeculativeLoop:
         return margin, (ANY_TOKEN,)  # a rounding can tip a draw onto a token far away
 
     def _constrained(self, rows: np.ndarray, draft: Sequence[int]) -> Sequence[np.ndarray]:
-        """The rows as the acceptance rules must see them: penalized for repetition and
-        masked by the grammar, if asked (row i after the context and ``draft[:i]``)."""
+        """The rows as the acceptance rules must see them: biased, penalized for repetition
+        and masked by the grammar, if asked (row i after the context and ``draft[:i]``)."""
+        if self.sampling.logit_bias.active:
+            rows = BiasedRows(rows, self.sampling.logit_bias)  # type: ignore[assignment]
         penalties = self.sampling.penalties
         if penalties.active:
             seen = self.context or self.prompt  # before ``first``: the prompt alone

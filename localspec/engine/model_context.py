@@ -479,6 +479,10 @@ class ModelContext:
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])
 
+    def eog_tokens(self) -> list[int]:
+        """Every token that ends a generation (EOS, EOT, ``<|im_end|>``...)."""
+        return [int(t) for t in np.flatnonzero(self._eog)]
+
     def detokenize(self, tokens: Sequence[int]) -> str:
         """The text of ``tokens`` as generated (special tokens rendered; a character cut at
         the end becomes a replacement character)."""

@@ -3,10 +3,12 @@ the chat and the server each build from their own input (``GenerationSettings.pi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from localspec.engine.logit_bias import LogitBias
 from localspec.engine.loop import SpecConfig
 from localspec.engine.penalties import Penalties
 
@@ -25,6 +27,8 @@ class GenerationSettings:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     repeat_last_n: int = 64
+    logit_bias: Sequence[tuple[int, float]] = ()  # (token, added to its logit; -inf: never)
+    ignore_eos: bool = False  # generate past the model's end tokens (to max_tokens)
     stop: Sequence[str] = ()
     mode: str | None = None  # None: the Engine's mode
     spec: SpecConfig | None = None  # None: the Engine's speculation settings
@@ -50,6 +54,11 @@ class GenerationSettings:
         return Penalties(
             self.repeat_penalty, self.frequency_penalty, self.presence_penalty, self.repeat_last_n
         )
+
+    def bias(self, eog_tokens: Sequence[int]) -> LogitBias:
+        """The logit bias, with ``ignore_eos``'s ban of ``eog_tokens`` (as llama-server)."""
+        banned = [(token, -math.inf) for token in eog_tokens] if self.ignore_eos else []
+        return LogitBias(tuple((int(t), float(b)) for t, b in [*self.logit_bias, *banned]))
 
     @property
     def seeded(self) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.engine.logit_bias import NO_BIAS, LogitBias
 from localspec.engine.penalties import NO_PENALTIES, Penalties
 
 TOP_K_WINDOWS = (8.0, 16.0, 32.0)  # logit windows under the maximum that top-k partitions
@@ -37,8 +38,10 @@ class SamplingParams:
     top_p: float = 1.0  # 1.0: off
     min_p: float = 0.0  # 0.0: off
     seed: int | None = None
-    # applied to the logits before all of the above, by the loop, which knows the context
+    # applied to the logits before all of the above (the bias first), by the loop, which
+    # knows the context
     penalties: Penalties = NO_PENALTIES
+    logit_bias: LogitBias = NO_BIAS
 
     @property
     def greedy(self) -> bool:

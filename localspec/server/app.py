@@ -29,6 +29,7 @@ from localspec.api import Engine, Prompt, validate_sampling
 from localspec.engine.fim import FimPrompt
 from localspec.engine.fim_fit import fitted
 from localspec.engine.grammar import schema_grammar
+from localspec.engine.logit_bias import LogitBias
 from localspec.engine.loop import TokenLogprob
 from localspec.engine.prompting import TokenPrompt
 from localspec.engine.scheduler import StepFigures
@@ -189,8 +190,6 @@ class Server:
         if req.token_limit is not None and req.token_limit < (0 if echoed else 1):
             least = ">= 0 (with echo)" if echoed else "> 0"
             raise ApiError(400, f"{limit} must be {least}", param=limit)
-        if req.logit_bias:
-            raise ApiError(400, "logit_bias is not supported", param="logit_bias")
         return req
 
     def constraints(self, req: CompletionRequest | ChatRequest) -> dict[str, Any]:
@@ -274,6 +273,7 @@ class Server:
             validate_sampling(
                 req.temperature, req.top_k, req.top_p, req.min_p, req.seed, req.penalties
             )
+            LogitBias(req.bias_entries).validate(self.engine.target.n_vocab)
             n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
             room = self.fim_room(req.token_limit)
             if isinstance(prompt, FimPrompt) and n_prompt > room:  # read again only if cut
@@ -304,6 +304,7 @@ class Server:
             # identical greedy requests must not depend on what earlier ones left cached
             reproducible=req.temperature == 0,
             memory_partition=partition,
+            logit_bias=req.bias_entries,
             **constraints,
         )
         return {"prompt": prompt, "settings": settings, "n_prompt": n_prompt}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec.engine.fim import ExtraFile, FimPrompt, MiddleEnd
 from localspec.engine.grammar import schema_grammar
+from localspec.engine.logit_bias import LogitBias
 from localspec.engine.loop import RoundEvent
 from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
@@ -80,9 +82,11 @@ class LlamaCompletionBody(LenientBody):
     presence_penalty: Number = 0.0
     frequency_penalty: Number = 0.0
     repeat_last_n: StrictInt = 64
+    # llama-server's: [[token or text, bias or false]], or {"token or text": bias or false}
+    logit_bias: list[list[Any]] | dict[str, Any] | None = None
+    ignore_eos: StrictBool = False
     # what this server does not give is refused, not ignored
     n_probs: StrictInt = 0
-    ignore_eos: StrictBool = False
     return_tokens: StrictBool = False
     response_fields: list[StrictStr] | None = None
     speculative: SpeculativeOverride | None = None
@@ -91,8 +95,6 @@ class LlamaCompletionBody(LenientBody):
     def refuse_what_is_not_honoured(self) -> LlamaCompletionBody:
         if self.n_probs:
             raise ValueError("n_probs is not supported (send 0)")
-        if self.ignore_eos:
-            raise ValueError("ignore_eos is not supported (use n_predict to bound the answer)")
         return self
 
     _one_prompt = field_validator("prompt")(one_prompt)
@@ -147,6 +149,9 @@ class CompletionRoutes:
             req = server.parse(CompletionRequest, openai_fields(body))
             args = server.generation_args(req, partition, prompt)
             args["settings"] = self._settings(body, args["settings"])
+            args["settings"] = args["settings"].but(
+                logit_bias=self._bias(body), ignore_eos=body.ignore_eos
+            )
             n_prompt = args.pop("n_prompt")
             warm_up = body.n_predict == 0
             events = await server.start(request, args)
@@ -157,6 +162,35 @@ class CompletionRoutes:
         if body.stream:
             return StreamingResponse(reply.sse(events), media_type="text/event-stream")
         return await reply.whole(request, events)
+
+    def _bias(self, body: LlamaCompletionBody) -> tuple[tuple[int, float], ...]:
+        """llama-server's ``logit_bias``: a token id, or a text standing for each of its
+        tokens, with a bias (``false``: never that token)."""
+        given = body.logit_bias or []
+        pairs = list(given.items()) if isinstance(given, dict) else given
+        target = self.server.engine.target
+        entries = []
+        for pair in pairs:
+            if len(pair) != 2:
+                raise ApiError(400, "logit_bias: give [token, bias] pairs", param="logit_bias")
+            key, value = pair
+            if value is False:
+                value = -math.inf
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ApiError(400, f"logit_bias: {value!r} is no bias", param="logit_bias")
+            if isinstance(key, str) and key.strip().isdigit():
+                key = int(key)
+            tokens = [key] if isinstance(key, int) else None
+            if isinstance(key, str):
+                tokens = target.tokenize(key, add_special=False, parse_special=False)
+            if tokens is None or isinstance(key, bool):
+                raise ApiError(400, f"logit_bias: {key!r} is no token", param="logit_bias")
+            entries += [(token, float(value)) for token in tokens]
+        try:
+            LogitBias(tuple(entries)).validate(target.n_vocab)
+        except LocalspecError as exc:
+            raise ApiError(400, exc.message, param="logit_bias") from None
+        return tuple(entries)
 
     @staticmethod
     def _settings(body: LlamaCompletionBody, settings: GenerationSettings) -> GenerationSettings:

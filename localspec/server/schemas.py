@@ -167,7 +167,7 @@ class _Common(LenientBody):
     # llama-server's, which it takes on these routes too
     repeat_penalty: Number = Field(default=1.0, gt=0.0)
     repeat_last_n: StrictInt = Field(default=64, ge=-1)
-    logit_bias: dict[str, Number] | None = None
+    logit_bias: dict[str, Number] | None = None  # OpenAI's: token id (as text) -> bias
     speculative: SpeculativeOverride | None = None
 
     @field_validator(*PENALTY_FIELDS, mode="before")
@@ -176,6 +176,20 @@ class _Common(LenientBody):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"must be a finite number (got {value})")
         return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def token_biases(cls, bias: Any) -> Any:
+        for key, value in (bias or {}).items():
+            if not key.strip().isdigit():
+                raise ValueError(f"the keys are token ids (got {key!r})")
+            if not -100 <= value <= 100:
+                raise ValueError(f"a bias is within [-100, 100] (got {value} for {key})")
+        return bias
+
+    @property
+    def bias_entries(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items())
 
     @field_validator("stop")
     @classmethod
