@@ -209,7 +209,7 @@ def test_a_logit_bias_and_ignore_eos(client: openai.OpenAI, base: str, engine: E
     endless = {"prompt": "Say hi.", "n_predict": 12, "ignore_eos": True, "temperature": 0}
     r = httpx.post(f"{base}/completion", json=endless, timeout=60).json()
     assert r["tokens_predicted"] == 12 and r["stop_type"] == "limit"
-    for wrong in ({"x": 1}, {str(first): 101}, {"999999999": 1}):
+    for wrong in ({"x": 1}, {"²": 1}, {str(first): 101}, {"999999999": 1}):
         with pytest.raises(openai.BadRequestError, match="logit_bias"):
             client.completions.create(prompt=prompt, logit_bias=wrong, **greedy)
 

@@ -107,6 +107,23 @@ def test_unconstrained_answer_differs_and_plain_constrained_is_json(qwen: Engine
     assert json.loads(constrained.text)["name"] == "Maria Gonzalez-Whitfield"
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_banned_end_where_the_grammar_allows_only_an_end_ends_the_answer(
+    qwen: Engine, temperature: float
+) -> None:
+    """``ignore_eos`` bans the end tokens; a finished JSON object allows nothing but an end:
+    every allowed token banned, the answer ends there (llama.cpp would abort the process
+    on a token its grammar refuses)."""
+    grammar = schema_grammar({**COLOURS, "required": ["colour"]})
+    for mode in ("none", "ngram-simple"):
+        result = qwen.generate(
+            PICK, max_tokens=40, temperature=temperature, seed=3, mode=mode, grammar=grammar,
+            ignore_eos=True,
+        )  # fmt: skip
+        assert json.loads(result.text)["colour"] in ("red", "green", "blue")
+        assert result.finish_reason == "stop"
+
+
 COLOURS = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}}}
 PICK = [{"role": "user", "content": "Pick a colour at random: red, green or blue. Answer in JSON."}]
 

@@ -117,6 +117,11 @@ def test_a_function_call_and_its_output(client: openai.OpenAI) -> None:
         input=turn, tools=[WEATHER], tool_choice="none", max_output_tokens=32, **GREEDY
     )
     assert answer.status in ("completed", "incomplete") and answer.output_text
+    # a tool's output holding an image is said in a line, not refused (the turn would stay)
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+    turn[-1] = {**turn[-1], "output": [{"type": "input_text", "text": "a chart"}, image]}
+    shown = client.responses.create(input=turn, tools=[WEATHER], max_output_tokens=8, **GREEDY)
+    assert shown.status in ("completed", "incomplete")
 
 
 def test_structured_output_through_text_format(client: openai.OpenAI) -> None:
@@ -181,6 +186,7 @@ def test_a_request_shaped_as_codex_sends_it(base: str) -> None:
         ),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input.0.role"),
+        ({"input": [{"role": ["user"], "content": "hi"}]}, "input.0.role"),
         ({"input": "hi", "tool_choice": {"type": "mcp"}}, "tool_choice"),
         ({"input": "hi", "text": {"format": {"type": "yaml"}}}, "text.format"),
         ({"input": 3}, "input"),

@@ -262,6 +262,7 @@ class MiddleEnd:
         self._apply_rules()
         late = self.time_limit_s is not None and elapsed_s > self.time_limit_s
         if late and "\n" in piece:
+            self._end_at_file_end()
             self.ended = True
         return self._release(final=self.ended)
 
@@ -278,9 +279,14 @@ class MiddleEnd:
                 kept += "" if self.suffix[0] == "\n" else "\n"
                 self.text = kept if len(kept) >= self.sent else self.text
         if not self.ended:
-            kept = self._at_file_end(self.text)
-            self.text = kept if len(kept) >= self.sent else self.text[: self.sent]
+            self._end_at_file_end()
         return self._release(final=True)
+
+    def _end_at_file_end(self) -> None:
+        """The text ends here: without blank lines after it at the file's end (what was
+        sent stays)."""
+        kept = self._at_file_end(self.text)
+        self.text = kept if len(kept) >= self.sent else self.text[: self.sent]
 
     def _first_break(self) -> int:
         """Where the first line ends (the end of the text while there is one line)."""

@@ -227,13 +227,16 @@ class ConstrainedRows:
         state: GrammarState | HealedStart,
         temperature: float | None,
         near: float,
+        eog: Sequence[int] = (),
     ) -> None:
         """``temperature`` None: greedy (only the best allowed token matters; with ``near``
-        > 0, those within ``near`` of it too, for tie-aware comparisons)."""
+        > 0, those within ``near`` of it too, for tie-aware comparisons). ``eog``: the
+        model's end tokens."""
         self.rows, self.draft = rows, list(draft)
         self.temperature, self.near = temperature, near
         self._state: GrammarState | HealedStart = state.clone()
         self._done: list[np.ndarray] = []
+        self.eog = eog
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -245,10 +248,19 @@ class ConstrainedRows:
                 self._state.accept(self.draft[k - 1])
             row = self.rows[k]
             if self.temperature is None:
-                self._done.append(self._state.best(row, self.near))
+                masked = self._state.best(row, self.near)
             else:
-                self._done.append(self._state.masked(row, self.temperature))
+                masked = self._state.masked(row, self.temperature)
+            self._done.append(masked if np.isfinite(masked).any() else self._ended(row))
         return self._done[i]
+
+    def _ended(self, row: np.ndarray) -> np.ndarray:
+        """Where a logit bias bans every token the grammar allows (an end token banned by
+        ``ignore_eos`` where only an end may follow): the answer ends here, as it would
+        where the grammar allows nothing more."""
+        out = np.full(row.shape, -np.inf, dtype=row.dtype)
+        out[np.asarray(self.eog, dtype=np.int64)] = 0.0
+        return out
 
     def close(self) -> None:
         self._state.close()

@@ -40,7 +40,8 @@ class LogitBias:
         """A copy of the logits ``row`` with the biases added."""
         out = np.array(row, dtype=np.float32, copy=True)
         for token, bias in self.entries:
-            out[token] += np.float32(bias)
+            if token < out.size:  # a draft model's vocabulary may be a little smaller
+                out[token] += np.float32(bias)
         return out
 
 

@@ -303,7 +303,9 @@ class SpeculativeLoop:
             return rows
         temperature = None if self.sampling.greedy else self.sampling.temperature
         near = NEAR_TIE_GAP if self.record_margins else 0.0
-        return ConstrainedRows(rows, draft, self.grammar, temperature, near)
+        return ConstrainedRows(
+            rows, draft, self.grammar, temperature, near, self.target.eog_tokens()
+        )
 
     def _follow_grammar(self, tokens: Sequence[int]) -> None:
         if self.grammar is None:
@@ -311,6 +313,12 @@ class SpeculativeLoop:
         for token in tokens:
             if self.target.is_eog(token):
                 break
+            if not self.grammar.allows(token):  # llama.cpp would abort the process
+                raise LocalspecError(
+                    "the answer wrote a token its grammar refuses: a logit bias that bans "
+                    "every token the grammar allows there?",
+                    "bias the grammar's tokens less, or drop the grammar",
+                )
             self.grammar.accept(token)
 
     def rounds(self) -> Iterator[RoundEvent]:

@@ -165,6 +165,7 @@ class ModelContext:
         self._views: dict[int, ModelContext] = {0: self}
         self._pieces: dict[int, bytes] = {}
         self._piece_index: list[PieceIndex] = []  # shared by the sequences' views
+        self._eog_tokens: tuple[int, ...] | None = None
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for token in range(self.n_vocab):
             self._eog[token] = llama_cpp.llama_vocab_is_eog(self.vocab, token)
@@ -479,9 +480,11 @@ class ModelContext:
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])
 
-    def eog_tokens(self) -> list[int]:
+    def eog_tokens(self) -> tuple[int, ...]:
         """Every token that ends a generation (EOS, EOT, ``<|im_end|>``...)."""
-        return [int(t) for t in np.flatnonzero(self._eog)]
+        if self._eog_tokens is None:
+            self._eog_tokens = tuple(int(t) for t in np.flatnonzero(self._eog))
+        return self._eog_tokens
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """The text of ``tokens`` as generated (special tokens rendered; a character cut at

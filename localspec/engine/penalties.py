@@ -65,6 +65,8 @@ class Penalties:
         if not len(window):
             return out
         tokens, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
+        inside = tokens < out.size  # a draft model's vocabulary may be a little smaller
+        tokens, counts = tokens[inside], counts[inside]
         seen = out[tokens]
         repeat = np.float32(self.repeat)
         seen = np.where(seen <= 0, seen * repeat, seen / repeat)

@@ -30,7 +30,7 @@ class TokenPrompt:
         if not self.tokens:
             raise LocalspecError("the prompt has no tokens", "give at least one token id")
         for i, token in enumerate(self.tokens):
-            if not 0 <= token < n_vocab:
+            if type(token) is not int or not 0 <= token < n_vocab:
                 raise LocalspecError(
                     f"the prompt's token #{i + 1}, {token}, is not in the model's vocabulary",
                     f"token ids run from 0 to {n_vocab - 1}",

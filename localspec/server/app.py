@@ -273,15 +273,21 @@ class Server:
             validate_sampling(
                 req.temperature, req.top_k, req.top_p, req.min_p, req.seed, req.penalties
             )
-            LogitBias(req.bias_entries).validate(self.engine.target.n_vocab)
-            n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
+            try:
+                LogitBias(req.bias_entries).validate(self.engine.target.n_vocab)
+            except LocalspecError as exc:
+                raise ApiError(400, exc.message, param="logit_bias") from None
+            where = "messages" if isinstance(req, ChatRequest) else "prompt"
+            try:
+                n_prompt = len(self.engine.tokenize_prompt(prompt, tools=constraints["tools"]))
+            except LocalspecError as exc:
+                raise ApiError(400, exc.message, param=where) from None
             room = self.fim_room(req.token_limit)
             if isinstance(prompt, FimPrompt) and n_prompt > room:  # read again only if cut
                 prompt = fitted(self.engine.target, prompt, room)
                 n_prompt = len(self.engine.tokenize_prompt(prompt))
         except LocalspecError as exc:
             raise ApiError(400, exc.message) from None
-        where = "messages" if isinstance(req, ChatRequest) else "prompt"
         if n_prompt == 0:
             raise ApiError(400, f"{where} is empty: give some text", param=where)
         if n_prompt >= self.engine.target.n_ctx:

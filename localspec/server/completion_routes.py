@@ -178,7 +178,7 @@ class CompletionRoutes:
                 value = -math.inf
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ApiError(400, f"logit_bias: {value!r} is no bias", param="logit_bias")
-            if isinstance(key, str) and key.strip().isdigit():
+            if isinstance(key, str) and key.strip().isdecimal() and key.strip().isascii():
                 key = int(key)
             tokens = [key] if isinstance(key, int) else None
             if isinstance(key, str):

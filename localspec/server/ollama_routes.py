@@ -8,8 +8,9 @@ OpenAI routes; its events are written back in Ollama's shapes: newline-delimited
 objects when streamed (Ollama streams unless told ``"stream": false``), durations in
 nanoseconds, errors as ``{"error": "..."}`` with the status the OpenAI routes would send.
 
-Options that would change the model's distribution (a repeat penalty, mirostat...) are
-refused rather than ignored, as the OpenAI routes refuse penalties; options about loading
+Sampling options are applied as on the OpenAI routes (penalties included); those this
+server does not apply (mirostat, ``tfs_z``, ``typical_p``) are refused rather than ignored
+where they would change the answer; options about loading
 (``num_ctx``, ``num_gpu``...) and ``keep_alive`` are ignored: the model is loaded once, by
 ``localspec serve``. The version reported is the Ollama API version these routes follow,
 for clients that check it: the server is localspec, not Ollama."""

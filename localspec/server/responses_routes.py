@@ -42,6 +42,7 @@ log = logging.getLogger("localspec.server")
 ENDPOINT = "/v1/responses"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text")
+MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 DROPPED_ITEMS = ("reasoning",)  # an earlier answer's reasoning: not shown to the model
 # the chat request's fields, as this API names them (in errors)
 NAMES = {"max_tokens": "max_output_tokens", "messages": "input", "response_format": "text.format"}
@@ -77,22 +78,26 @@ class ResponsesRequest(LenientBody):
     repeat_last_n: Any = None
 
 
-def part_text(part: Any, where: str) -> str:
-    """A content part's text: images and files are refused (the model reads text only)."""
+def part_text(part: Any, where: str, said: bool = False) -> str:
+    """A content part's text: images and files are refused (the model reads text only), or
+    with ``said`` (a tool's output: refused, it would stay in the conversation and every
+    later turn would be refused with it) said in a line in their place."""
     kind = part.get("type") if isinstance(part, dict) else None
     if kind in TEXT_PARTS and isinstance(part.get("text"), str):
         return str(part["text"])
-    if kind in ("input_image", "input_file", "input_audio"):
+    if kind in MEDIA_PARTS and said:
+        return f"[{kind} not shown: this model reads text only]"
+    if kind in MEDIA_PARTS:
         raise refused(where, f"{kind!r} parts are not supported: this model reads text only")
     raise refused(where, "a content part must be an object with 'type' 'input_text' and 'text'")
 
 
-def content_text(content: Any, where: str) -> str:
+def content_text(content: Any, where: str, said: bool = False) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise refused(where, "content must be a string or a list of parts")
-    return "".join(part_text(part, f"{where}.{i}") for i, part in enumerate(content))
+    return "".join(part_text(part, f"{where}.{i}", said) for i, part in enumerate(content))
 
 
 class Conversation:
@@ -121,7 +126,8 @@ class Conversation:
             )
 
     def message(self, item: dict[str, Any], where: str) -> None:
-        role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
+        given = item.get("role")
+        role = ROLES.get(given) if isinstance(given, str) else None
         if role is None:
             raise refused(f"{where}.role", "must be 'user', 'assistant', 'system' or 'developer'")
         content = content_text(item.get("content"), f"{where}.content")
@@ -150,7 +156,7 @@ class Conversation:
         message = {
             "role": "tool",
             "tool_call_id": call_id,
-            "content": content_text(item.get("output", ""), f"{where}.output"),
+            "content": content_text(item.get("output", ""), f"{where}.output", said=True),
         }
         if call_id in self.names:
             message["name"] = self.names[call_id]

@@ -2,7 +2,7 @@
 
 Top-level fields that OpenAI clients commonly send but that change nothing here (``user``,
 ``stream_options`` without usage...) are accepted and ignored; values this server cannot
-honour (``n`` > 1, a logit bias, image parts...) are refused with a 400 that says so, never
+honour (``n`` > 1, image parts...) are refused with a 400 that says so, never
 silently ignored; inside our own ``speculative`` object any unknown field is an error,
 because a typo there would silently change nothing."""
 
@@ -181,7 +181,7 @@ class _Common(LenientBody):
     @classmethod
     def token_biases(cls, bias: Any) -> Any:
         for key, value in (bias or {}).items():
-            if not key.strip().isdigit():
+            if not key.strip().isdecimal() or not key.strip().isascii():
                 raise ValueError(f"the keys are token ids (got {key!r})")
             if not -100 <= value <= 100:
                 raise ValueError(f"a bias is within [-100, 100] (got {value} for {key})")
