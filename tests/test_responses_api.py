@@ -163,7 +163,7 @@ def test_a_request_shaped_as_codex_sends_it(base: str) -> None:
         "store": False,
         "stream": True,
         "include": ["reasoning.encrypted_content"],
-        "prompt_cache_key": "session-1",
+        "prompt_cache_key": "editor-chat-1",
         "max_output_tokens": 8,
         "temperature": 0,
     }
