@@ -182,7 +182,8 @@ def test_a_prompt_of_token_ids(client: openai.OpenAI, base: str, engine: Engine)
     ).choices[0]
     assert scored.text.endswith(prompt) and len(scored.logprobs.tokens) == len(ids)
     body = {"prompt": ids, "n_predict": 6, "temperature": 0}
-    assert httpx.post(f"{base}/completion", json=body, timeout=60).json()["content"] == as_text
+    llama = httpx.post(f"{base}/completion", json=body, timeout=60).json()
+    assert llama["content"] == as_text and llama["prompt"].endswith(prompt)
     for wrong, words in (
         ({"prompt": [engine.target.n_vocab]}, "not in the model's vocabulary"),
         ({"prompt": [1, "a"]}, "prompt"),

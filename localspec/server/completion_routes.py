@@ -38,7 +38,12 @@ from localspec.engine.settings import GenerationSettings
 from localspec.engine.stats import Stats
 from localspec.errors import LocalspecError
 from localspec.server.host import RouteHost
-from localspec.server.reply import ShuttingDown, generation_failed, stop_when_gone
+from localspec.server.reply import (
+    ShuttingDown,
+    generation_failed,
+    stop_when_gone,
+    tokens_text,
+)
 from localspec.server.schemas import (
     CompletionRequest,
     LenientBody,
@@ -295,6 +300,11 @@ class LlamaReply:
             return "limit"
         return "word" if self.stopping_word else "eos"
 
+    def prompt_text(self) -> str:
+        """The prompt as text (token ids decoded), as llama-server gives it back."""
+        tokens = self.body.tokens
+        return tokens_text(self.server, tokens) if tokens else self.body.text
+
     def final(self, content: str, stats: Stats, reason: str) -> dict[str, Any]:
         n_predicted = 0 if self.warm_up else stats.n_tokens
         stats_out = dataclasses.replace(stats, n_tokens=0) if self.warm_up else stats
@@ -308,7 +318,7 @@ class LlamaReply:
             "tokens_predicted": n_predicted,
             "tokens_evaluated": self.n_prompt,
             "generation_settings": self.generation_settings(),
-            "prompt": self.body.text,
+            "prompt": self.prompt_text(),
             "has_new_line": self.has_new_line,
             "truncated": False,
             "stop_type": self.stop_type(reason),

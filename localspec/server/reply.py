@@ -74,9 +74,7 @@ class Reply:
 
     def prompt_text(self, req: CompletionRequest) -> str:
         """The prompt as text (a prompt of token ids, decoded)."""
-        if req.tokens is None:
-            return req.text
-        return b"".join(map(self.server.token_bytes, req.tokens)).decode("utf-8", "replace")
+        return req.text if req.tokens is None else tokens_text(self.server, req.tokens)
 
     def _token(self, token: int, logprob: float) -> dict[str, Any]:
         """OpenAI's shape: the token as text (``\\x..`` escapes for bytes that are only part
@@ -336,6 +334,11 @@ async def stop_when_gone(request: Request, events: GenerationStream) -> None:
     while not await request.is_disconnected():
         await asyncio.sleep(DISCONNECT_POLL_S)
     await events.aclose()
+
+
+def tokens_text(server: ReplyHost, tokens: Iterable[int]) -> str:
+    """The text of token ids given as a prompt."""
+    return b"".join(map(server.token_bytes, tokens)).decode("utf-8", "replace")
 
 
 async def gathered(request: Request, events: GenerationStream) -> tuple[str, RoundEvent | None]:
