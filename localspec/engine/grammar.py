@@ -231,7 +231,7 @@ class ConstrainedRows:
     ) -> None:
         """``temperature`` None: greedy (only the best allowed token matters; with ``near``
         > 0, those within ``near`` of it too, for tie-aware comparisons). ``eog``: the
-        model's end tokens."""
+        model's end tokens, given where a logit bias may ban every allowed token."""
         self.rows, self.draft = rows, list(draft)
         self.temperature, self.near = temperature, near
         self._state: GrammarState | HealedStart = state.clone()
@@ -251,7 +251,9 @@ class ConstrainedRows:
                 masked = self._state.best(row, self.near)
             else:
                 masked = self._state.masked(row, self.temperature)
-            self._done.append(masked if np.isfinite(masked).any() else self._ended(row))
+            # only a logit bias can leave no allowed token (``eog`` is given with one)
+            ended = bool(self.eog) and not np.isfinite(masked).any()
+            self._done.append(self._ended(row) if ended else masked)
         return self._done[i]
 
     def _ended(self, row: np.ndarray) -> np.ndarray:

@@ -303,9 +303,8 @@ class SpeculativeLoop:
             return rows
         temperature = None if self.sampling.greedy else self.sampling.temperature
         near = NEAR_TIE_GAP if self.record_margins else 0.0
-        return ConstrainedRows(
-            rows, draft, self.grammar, temperature, near, self.target.eog_tokens()
-        )
+        eog = self.target.eog_tokens() if self.sampling.logit_bias.active else ()
+        return ConstrainedRows(rows, draft, self.grammar, temperature, near, eog)
 
     def _follow_grammar(self, tokens: Sequence[int]) -> None:
         if self.grammar is None:

@@ -154,9 +154,6 @@ class CompletionRoutes:
             req = server.parse(CompletionRequest, openai_fields(body))
             args = server.generation_args(req, partition, prompt)
             args["settings"] = self._settings(body, args["settings"])
-            args["settings"] = args["settings"].but(
-                logit_bias=self._bias(body), ignore_eos=body.ignore_eos
-            )
             n_prompt = args.pop("n_prompt")
             warm_up = body.n_predict == 0
             events = await server.start(request, args)
@@ -197,13 +194,18 @@ class CompletionRoutes:
             raise ApiError(400, exc.message, param="logit_bias") from None
         return tuple(entries)
 
-    @staticmethod
-    def _settings(body: LlamaCompletionBody, settings: GenerationSettings) -> GenerationSettings:
+    def _settings(
+        self, body: LlamaCompletionBody, settings: GenerationSettings
+    ) -> GenerationSettings:
         """llama-server's extras: a grammar or a JSON schema, ``cache_prompt`` (a prompt
         that starts as an earlier one reuses its cache: faster, not bit-for-bit the fresh
         result), and ``n_predict: 0``, which reads the prompt only (an editor warming the
         cache) and is run as one token, not sent."""
-        changes: dict[str, Any] = {"reproducible": not body.cache_prompt}
+        changes: dict[str, Any] = {
+            "reproducible": not body.cache_prompt,
+            "logit_bias": self._bias(body),
+            "ignore_eos": body.ignore_eos,
+        }
         if body.grammar is not None and body.json_schema is not None:
             raise ApiError(400, "give grammar or json_schema, not both", param="grammar")
         if body.grammar is not None:
