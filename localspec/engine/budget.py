@@ -116,7 +116,9 @@ def allocate(
             if best_speed <= predict(without) * (1 + add_margin):
                 best = without
                 best_speed = predict(best)
-    if step_margin and best != lengths and best_speed < predict(lengths) * (1 + step_margin):
+    # hysteresis may take a generation's drafts out of a prefix that only paid with them (a
+    # staircase curve): the step is then checked against plain batching once more
+    if best != lengths and best_speed < predict(lengths) * (1 + step_margin):
         return list(lengths)
     return best
 
