@@ -389,7 +389,7 @@ class Engine:
                 self.verify_cost(job.spec.n_max, on=target)
             return self._generations.open(job, target, draft)
 
-        request = SlotRequest(job.tokens, start, cancelled)
+        request = SlotRequest(job.tokens, start, cancelled, job.settings.reproducible)
         self.scheduler().submit(request)
         try:
             while (item := request.events.get()) is not DONE:

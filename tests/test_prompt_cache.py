@@ -12,6 +12,7 @@ from localspec import Engine
 from localspec.engine.model_context import SavedSequence
 from localspec.engine.prompt_cache import MIN_TOKENS, PromptCache
 from localspec.errors import LocalspecError
+from localspec.lossless import compare
 
 
 def saved(tokens: list[int], size: int = 100) -> SavedSequence:
@@ -59,3 +60,37 @@ def test_the_prompt_cache_size_is_checked_and_zero_turns_it_off(qwen_path: Path)
         Engine.load(qwen_path, parallel=2, prompt_cache_mb=-1)
     with Engine.load(qwen_path, parallel=2, prompt_cache_mb=0) as engine:
         assert engine.scheduler().prompt_cache is None
+
+
+def test_one_prompt_asked_at_once_is_read_once(qwen: Engine, qwen_path: Path) -> None:
+    """Three seeded requests with one long prompt at once (an ``n`` of three): the first
+    reads it, the others wait for that read and copy its slot's cache. Each answer is the
+    one the request gives alone, its prompt read afresh."""
+    prompt = "You are reviewing a pull request. Be precise and brief.\n" * 12 + "What changed?"
+    settings = {"max_tokens": 12, "temperature": 0.8, "seed": 7}
+    alone = qwen.generate(prompt, record_margins=True, **settings)
+    with Engine.load(qwen_path, mode="ngram-simple", parallel=3, prompt_cache_mb=0) as engine:
+        totals = engine.scheduler().totals
+        n_prompt = len(engine.tokenize_prompt(prompt))
+        got = engine.generate_many([prompt] * 3, **settings)
+        assert totals.copies == 2
+        assert totals.prompt_rows < n_prompt + MIN_TOKENS  # not three times
+    for result in got:
+        report = compare(alone.tokens, alone.margins, result.tokens, alone.runners_up)
+        assert report.identical or (report.near_tie and report.margin is not None)
+
+
+def test_requests_under_one_system_prompt_read_it_once(qwen: Engine, qwen_path: Path) -> None:
+    """Greedy requests that share a long start and end apart: one reads the start, the
+    others copy it and read only their own ends; the answers are those given alone."""
+    head = "You are a support agent for a bicycle shop. Answer in one sentence.\n" * 10
+    prompts = [head + q for q in ("Do you fix tyres?", "When do you open?", "Is there parking?")]
+    with Engine.load(qwen_path, mode="ngram-simple", parallel=3, prompt_cache_mb=0) as engine:
+        totals = engine.scheduler().totals
+        n_head = len(engine.tokenize_prompt(head))
+        got = engine.generate_many(prompts, max_tokens=10)
+        assert totals.copies == 2
+        assert totals.prompt_rows < n_head + 3 * MIN_TOKENS
+    for prompt, result in zip(prompts, got, strict=True):
+        ref = qwen.generate(prompt, max_tokens=10, mode="none", record_margins=True)
+        assert compare(ref.tokens, ref.margins, result.tokens, ref.runners_up).ok

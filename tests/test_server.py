@@ -165,7 +165,11 @@ def test_an_engine_failure_is_the_servers_error_not_the_clients() -> None:
     [
         ({"prompt": 5}, 400, "prompt"),
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be > 0"),
-        ({"prompt": "x", "n": 2}, 400, "only n=1"),
+        (
+            {"prompt": "x", "n": 2},
+            400,
+            "this server runs 1 slot (start the server with --parallel 2",
+        ),
         ({"prompt": "x", "speculative": {"n_mx": 3}}, 400, "speculative.n_mx"),
         (
             {"prompt": "x", "speculative": {"mode": "draft-model"}},

@@ -222,3 +222,107 @@ def test_a_long_prompt_does_not_stall_a_streaming_answer(base: str, engine: Engi
     during = [t for t, _ in streaming if sent <= t <= read]
     gaps = [b - a for a, b in zip([sent, *during], [*during, read], strict=False)]
     assert len(during) >= 3 and max(gaps) < whole_prompt_s / 3, (gaps, whole_prompt_s)
+
+
+def test_n_answers_to_one_request_run_side_by_side(base: str, engine: Engine) -> None:
+    """``n`` as the openai SDK sends it: n choices, indexed, read from one prompt read once;
+    seeded, choice i draws as a request with seed + i; greedy, each is the answer alone;
+    usage counts the prompt once and every choice's tokens."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+    system = "You write short poems about the seasons, in plain words. " * 8
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": QUESTIONS[1]}]
+    ask = {"model": "local", "messages": messages}
+    totals = engine.scheduler().totals
+    copies = totals.copies
+    seeded = client.chat.completions.create(**ask, n=3, max_tokens=16, temperature=0.9, seed=40)
+    assert [c.index for c in seeded.choices] == [0, 1, 2]
+    assert totals.copies >= copies + 2  # the prompt was read once, then copied
+    for choice in seeded.choices:
+        one = client.chat.completions.create(
+            **ask, max_tokens=16, temperature=0.9, seed=40 + choice.index
+        )
+        assert one.choices[0].message.content == choice.message.content
+    assert len({c.message.content for c in seeded.choices}) > 1
+    tokens = sum(
+        len(engine.target.tokenize(c.message.content or "", add_special=False))
+        for c in seeded.choices
+    )
+    assert seeded.usage is not None and abs(seeded.usage.completion_tokens - tokens) <= 3
+    assert seeded.usage.prompt_tokens == one.usage.prompt_tokens  # type: ignore[union-attr]
+
+    greedy = client.completions.create(
+        model="local",
+        prompt="The three primary colours are",
+        n=2,
+        max_tokens=12,
+        temperature=0,
+        logprobs=1,
+    )
+    alone = client.completions.create(
+        model="local", prompt="The three primary colours are", max_tokens=12, temperature=0
+    )
+    assert [c.text for c in greedy.choices] == [alone.choices[0].text] * 2
+    assert all(c.logprobs and len(c.logprobs.tokens) == 12 for c in greedy.choices)
+
+
+def test_n_answers_stream_interleaved_by_index(base: str) -> None:
+    body = {**chat(QUESTIONS[0], 12), "stream": True, "n": 2, "temperature": 0.8, "seed": 3}
+    body["stream_options"] = {"include_usage": True}
+    lines: list[tuple[float, str]] = []
+    stream_lines(base, body, lines)
+    chunks = [json.loads(line[6:]) for _, line in lines if line.startswith("data: {")]
+    text = {0: "", 1: ""}
+    finished = set()
+    for chunk in chunks[:-1]:
+        [choice] = chunk["choices"]
+        text[choice["index"]] += choice["delta"].get("content") or ""
+        if choice["finish_reason"]:
+            finished.add(choice["index"])
+    assert finished == {0, 1} and all(text.values())
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 24
+    assert lines[-1][1] == "data: [DONE]"
+    for index in (0, 1):
+        one = {**body, "n": 1, "seed": 3 + index, "stream": False}
+        answer = post(base, "/v1/chat/completions", one).json()
+        assert answer["choices"][0]["message"]["content"] == text[index]
+
+
+def test_n_past_the_slots_is_refused(base: str) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="--parallel 4") as error:
+        client.chat.completions.create(
+            model="local", messages=[{"role": "user", "content": "Hi"}], n=SLOTS + 1
+        )
+    assert error.value.body["param"] == "n"  # type: ignore[index]
+    refused = post(base, "/v1/completions", {"prompt": "Hi", "n": 0})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "n"
+
+
+def test_requests_for_several_slots_gather_them_one_request_at_a_time() -> None:
+    """Two requests of n=3 on three slots, the slots freed one by one: were both to take
+    what came free, each would hold some and wait for the other's forever."""
+    from types import SimpleNamespace
+
+    from localspec.server.runner import EngineRunner
+
+    runner = EngineRunner(SimpleNamespace(parallel=3), max_queue=8)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        for _ in range(3):
+            await runner.acquire()  # single requests hold every slot
+        first = asyncio.create_task(runner.acquire(3))
+        second = asyncio.create_task(runner.acquire(3))
+        await asyncio.sleep(0)
+        for _ in range(3):  # the single requests end one after the other
+            runner.release()
+            await asyncio.sleep(0)
+        await asyncio.wait_for(first, 1)
+        assert not second.done() and runner.queue_depth == 1
+        runner.release(3)
+        await asyncio.wait_for(second, 1)
+
+    asyncio.run(main())

@@ -15,10 +15,13 @@ import llama_cpp
 
 from localspec.interrupts import defer_interrupt, llama_callback
 
-# llama.cpp's AMX weight buffers crash (SIGSEGV in ggml_backend_amx_mul_mat) on some AMX
-# CPUs with K-quant models (ggml-org/llama.cpp#20824 upstream; a Sapphire Rapids VM here):
-# a crash takes a whole server and its clients with it, so a build with AMX kernels loads
-# weights without llama.cpp's extra buffer types unless this variable is set to 1
+# llama.cpp's AMX weight buffers crash (SIGSEGV in ggml_backend_amx_mul_mat, ggml-org/
+# llama.cpp#20824) when llama.cpp was compiled by GCC 12 or 13: their `_tile_loadconfig`
+# tells the optimiser it reads 8 bytes of the 64-byte tile configuration, so the stores of
+# its rows and columns are dropped and `ldtilecfg` faults on an invalid one. Which compiler
+# built the library cannot be asked, and a crash takes a whole server and its clients with
+# it, so a build with AMX kernels loads weights without llama.cpp's extra buffer types
+# unless this variable is set to 1 (a build by clang or GCC 14)
 AMX_VARIABLE = "LOCALSPEC_AMX"
 
 _recent: collections.deque[str] = collections.deque(maxlen=40)

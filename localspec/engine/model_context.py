@@ -292,18 +292,26 @@ class ModelContext:
         """What ``evaluate`` keeps of the cache for ``sequence`` (the rest is cut): the number
         of leading tokens kept, and the kept logits row when nothing is left to decode (the
         same prompt, prefilled reproducibly just before)."""
-        keep = common_prefix_length(self.tokens, sequence)
-        if reproducible and self._same_prefill(sequence, keep):
+        keep = self.reusable(sequence, reproducible)
+        if keep == len(sequence):
             self.trim(len(sequence))
             assert self._last_prefill is not None
             return len(sequence), self._last_prefill[1]
+        if keep < self.n_past:
+            self.trim(keep)
+        return keep, None
+
+    def reusable(self, sequence: Sequence[int], reproducible: bool) -> int:
+        """How many of ``sequence``'s first tokens ``reuse_prefix`` keeps (all of them: the
+        same prompt prefilled reproducibly just before, its logits row kept)."""
+        keep = common_prefix_length(self.tokens, sequence)
+        if reproducible and self._same_prefill(sequence, keep):
+            return len(sequence)
         keep = min(keep, len(sequence) - 1)  # the last token must be decoded for its logits
         if reproducible:
             keep = min(keep, self.prefilled)
             keep -= keep % PREFILL_CHUNK
-        if keep < self.n_past:
-            self.trim(keep)
-        return keep, None
+        return keep
 
     def note_prefilled(
         self, sequence: Sequence[int], keep: int, row: np.ndarray, reproducible: bool
@@ -418,6 +426,17 @@ class ModelContext:
         self.tokens, self.prefilled = list(saved.tokens), saved.prefilled
         self._last_prefill = saved.last_prefill
         return True
+
+    def copy_from(self, other: ModelContext) -> None:
+        """Make this sequence's cache a copy of ``other``'s (which goes on with its own): a
+        prompt another sequence has read is not read again. llama.cpp copies the whole
+        sequence (its cells live apart: ``kv_unified`` off); ``reuse_prefix`` then cuts what
+        the next prompt does not share."""
+        assert other._views is self._views and other is not self
+        llama_cpp.llama_memory_seq_rm(self.memory, self.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self.memory, other.seq_id, self.seq_id, -1, -1)
+        self.tokens, self.prefilled = list(other.tokens), other.prefilled
+        self._last_prefill = other._last_prefill
 
     def move_to(self, other: ModelContext) -> None:
         """Move this sequence's cache to ``other``'s sequence id, and give ``other`` this

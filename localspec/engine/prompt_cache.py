@@ -44,6 +44,10 @@ class PromptCache:
         if view.restore(best):
             self.restored += 1
 
+    def longest(self, prompt: Sequence[int]) -> int:
+        """How many of the prompt's first tokens a kept cache holds."""
+        return self._best(prompt)[1]
+
     def _best(self, prompt: Sequence[int]) -> tuple[SavedSequence | None, int]:
         best, length = None, 0
         for saved in self._saved:

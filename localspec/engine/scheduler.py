@@ -15,6 +15,9 @@ step while other slots are answering (a long prompt delays a streaming answer by
 per step, never by its whole length), as much as a batch holds when no slot is answering. A
 request goes to the free slot whose cache holds the longest prefix of its prompt (a
 conversation's next turn lands where its history is cached), else the least recently used.
+A prompt whose start another slot holds, or is reading, is not read twice: the request
+waits for that read and copies that slot's cache (n answers to one prompt, requests under
+one long system prompt).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import is_stepped
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
-from localspec.engine.prompt_cache import PromptCache
+from localspec.engine.prompt_cache import MIN_TOKENS, PromptCache
 from localspec.engine.side_by_side import PlannedRound, SideBySideDrafts
 from localspec.engine.step_batch import BatchPart, StepBatch, padding, passes
 from localspec.errors import LocalspecError
@@ -87,6 +90,7 @@ class SlotRequest:
     tokens: list[int]
     start: Callable[[ModelContext, ModelContext | None], SlotWork | None]
     cancelled: Callable[[], bool] | None = None
+    reproducible: bool = False  # its prompt is read as afresh (``ModelContext.evaluate``)
     events: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
     _left: threading.Event = field(default_factory=threading.Event)
 
@@ -139,6 +143,7 @@ class StepTotals:
     drafted_shared: int = 0
     prompt_rows: int = 0  # prompt tokens read (what the slots' and the host caches lacked)
     moves: int = 0  # caches moved to close a gap between busy sequence ids
+    copies: int = 0  # prompts copied from another slot's cache rather than read again
     pad_rows: int = 0  # rows decoded only to even a step's parts (one pass, not several)
     # the same two counts by how many generations answered in the step
     wanted_by_width: Counter[int] = field(default_factory=Counter)
@@ -264,6 +269,7 @@ class BatchScheduler:
         (a draft model rests or not by the load they make together)."""
         self._drop_gone()  # a slot whose caller just left holds the prefix its next one wants
         ready: list[tuple[Slot, np.ndarray]] = []
+        held: list[SlotRequest] = []  # waiting for a read under way of their prompt's start
         while True:
             with self._changed:
                 free = [s for s in self.slots if s.work is None]
@@ -273,6 +279,9 @@ class BatchScheduler:
             if request.gone():
                 request.events.put(DONE)
                 continue
+            if self._read_elsewhere(request, free):
+                held.append(request)
+                continue
             slot = max(
                 free,
                 key=lambda s: (common_prefix_length(s.target.tokens, request.tokens), -s.used_at),
@@ -280,6 +289,9 @@ class BatchScheduler:
             row = self._start(slot, request)
             if row is not None:
                 ready.append((slot, row))
+        if held:
+            with self._changed:
+                self._waiting.extendleft(reversed(held))
         if ready:
             self._rest_draft_models()
         for slot, row in ready:
@@ -288,6 +300,43 @@ class BatchScheduler:
                 self._emit(slot, slot.work.loop.first(row))
             except BaseException as exc:
                 self._end(slot, exc)
+
+    def _read_elsewhere(self, request: SlotRequest, free: list[Slot]) -> bool:
+        """Whether a slot is reading a prompt that starts as ``request``'s does, for
+        MIN_TOKENS more than any cache holds now: the request waits for that read (its slot
+        then copies it) rather than reading the same tokens beside it."""
+        if self.slots[0].target.max_rollback is not None:  # recurrent states are not copied
+            return False
+        tokens, reproducible = request.tokens, request.reproducible
+        # a read as afresh serves any request; another, only those that are not
+        reading = [
+            s.request
+            for s in self.slots
+            if s.pending and s.request is not None and (s.request.reproducible or not reproducible)
+        ]
+        if not reading:
+            return False
+        held = max(s.target.reusable(tokens, reproducible) for s in self.slots)
+        if self.prompt_cache is not None:
+            held = max(held, self.prompt_cache.longest(tokens))
+        return any(common_prefix_length(r.tokens, tokens) - held >= MIN_TOKENS for r in reading)
+
+    def _copy_shared(self, slot: Slot, request: SlotRequest) -> None:
+        """Give ``slot`` the cache of a busy slot that holds MIN_TOKENS more of the request's
+        prompt than its own (as the request may reuse it): one copy where reading them would
+        take a pass a chunk."""
+        if slot.target.max_rollback is not None:
+            return
+        tokens, reproducible = request.tokens, request.reproducible
+        best, most = None, slot.target.reusable(tokens, reproducible) + MIN_TOKENS - 1
+        for other in self.slots:
+            if other is not slot and other.work is not None:
+                shared = other.target.reusable(tokens, reproducible)
+                if shared > most:
+                    best, most = other, shared
+        if best is not None:
+            slot.target.copy_from(best.target)
+            self.totals.copies += 1
 
     def _drop_gone(self) -> None:
         """Free the slots whose caller left (an editor's middle cut short by the server)."""
@@ -302,6 +351,7 @@ class BatchScheduler:
         try:
             if self.prompt_cache is not None:
                 self.prompt_cache.swap_in(slot.target, request.tokens)
+            self._copy_shared(slot, request)
             slot.work = request.start(slot.target, slot.draft)
             if slot.work is None:  # done at once
                 self._end(slot)
@@ -695,10 +745,12 @@ class BatchScheduler:
 
     def _prefilled(self, slot: Slot, chunk: list[int], rows: np.ndarray) -> None:
         del slot.pending[: len(chunk)]
-        if slot.pending:
-            return
         assert slot.work is not None
         loop = slot.work.loop
+        if slot.pending:
+            if loop.reproducible:  # whole chunks at fixed positions so far: a copy may keep them
+                slot.target.prefilled = slot.target.n_past
+            return
         try:
             slot.target.note_prefilled(loop.prompt, slot.kept, rows[-1], loop.reproducible)
             self._emit(slot, loop.first(rows[-1]))

@@ -9,7 +9,9 @@ recomputed from the emitted tokens: ``accepted == number of emitted tokens from 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,41 @@ class Stats:
         for key in ("prefill_ms", "draft_ms", "verify_ms", "ttft_ms", "gen_ms"):
             data[key] = round(data[key], 3)
         return data
+
+
+def combined(parts: Sequence[Stats]) -> Stats:
+    """The stats of generations of one prompt that ran side by side (a request's several
+    choices): the prompt counted once, what was generated and drafted summed, the times as
+    the longest took (they ran together; the speed is then the request's)."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+
+    def summed(name: str) -> Any:
+        return sum(getattr(p, name) for p in parts)
+
+    def by_position(name: str) -> tuple[int, ...]:
+        rows = [getattr(p, name) for p in parts]
+        width = max(len(r) for r in rows)
+        return tuple(sum(r[i] for r in rows if i < len(r)) for i in range(width))
+
+    drafters: dict[str, list[int]] = {}
+    for p in parts:
+        for name, *counts in p.by_drafter:
+            total = drafters.setdefault(name, [0, 0, 0])
+            for i, count in enumerate(counts):
+                total[i] += count
+    times = ("prefill_ms", "draft_ms", "verify_ms", "ttft_ms", "gen_ms")
+    return replace(
+        first,
+        **{name: summed(name) for name in ("n_tokens", "drafted", "accepted", "rounds")},
+        **{name: summed(name) for name in ("verifications", "pauses", "shadow_checks")},
+        **{name: max(getattr(p, name) for p in parts) for name in times},
+        drafted_at=by_position("drafted_at"),
+        accepted_at=by_position("accepted_at"),
+        paused=any(p.paused for p in parts),
+        by_drafter=tuple((name, *counts) for name, counts in drafters.items()),  # type: ignore[misc]
+    )
 
 
 @dataclass

@@ -59,7 +59,7 @@ from localspec.server.ollama_routes import ollama_routes
 from localspec.server.reply import DISCONNECT_POLL_S as POLL_S
 from localspec.server.reply import Reply, ShuttingDown
 from localspec.server.responses_routes import ResponsesRoutes
-from localspec.server.runner import EngineRunner, GenerationStream, QueueFull
+from localspec.server.runner import ChoiceStreams, EngineRunner, GenerationStream, QueueFull
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError, speculative_block, timings_block, usage_block
 
@@ -181,8 +181,6 @@ class Server:
     @classmethod
     def parse(cls, model: type[CompletionRequest] | type[ChatRequest], data: Any):  # type: ignore[no-untyped-def]
         req = cls.parse_body(model, data)
-        if req.n != 1:
-            raise ApiError(400, "only n=1 is supported", param="n")
         limit = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         echoed = isinstance(req, CompletionRequest) and req.echo  # 0: the prompt alone
         if echoed and req.suffix is not None:
@@ -238,6 +236,7 @@ class Server:
         """What ``Engine.stream`` is called with for this request (``prompt``: another
         prompt than the request's own, e.g. a middle to fill), or a 400 saying what is
         wrong."""
+        self.check_choices(req.n)
         over = req.speculative
         asked = over.mode if over and over.mode is not None else self.engine.mode
         try:
@@ -315,6 +314,27 @@ class Server:
         )
         return {"prompt": prompt, "settings": settings, "n_prompt": n_prompt}
 
+    def check_choices(self, n: int) -> None:
+        """``n`` answers run side by side, each in a slot of its own."""
+        slots = self.engine.parallel
+        if not 1 <= n <= slots:
+            more = f"start the server with --parallel {n} or more" if n > slots else "send 1+"
+            raise ApiError(
+                400,
+                f"n={n} asks for {n} answers at once; this server runs {slots} slot"
+                f"{'s' if slots > 1 else ''} ({more})",
+                param="n",
+            )
+
+    @staticmethod
+    def choice_args(args: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """The generation of each of ``n`` choices: a seeded request's choice i draws with
+        seed + i (the answers differ, and each is reproducible)."""
+        settings: GenerationSettings = args["settings"]
+        if n == 1 or settings.seed is None or settings.seed < 0:
+            return [args] * n
+        return [{**args, "settings": settings.but(seed=settings.seed + i)} for i in range(n)]
+
     def fim_room(self, token_limit: int | None) -> int:
         """The tokens a completion's prompt may take: the context less the middle's room
         (its token limit, or a quarter of the context without one; at most half)."""
@@ -326,10 +346,17 @@ class Server:
         await self.take_turn(request)
         return self.runner.generate(**args)
 
-    async def take_turn(self, request: Request) -> None:
+    async def start_choices(self, request: Request, args: list[dict[str, Any]]) -> ChoiceStreams:
+        """A generation for each choice's ``args``, all started together (in as many slots)."""
+        await self.take_turn(request, len(args))
+        return ChoiceStreams(
+            [ended_at_suffix(self.runner.generate(**one), one["prompt"]) for one in args]
+        )
+
+    async def take_turn(self, request: Request, count: int = 1) -> None:
         """Wait for the engine in the queue (429 when it is full, 503 once stopping)."""
         try:
-            await self.wait_turn(request)
+            await self.wait_turn(request, count)
         except QueueFull:
             raise ApiError(
                 429,
@@ -340,7 +367,7 @@ class Server:
         finally:
             self.metrics.queue_depth.set(self.runner.queue_depth)
         if self.runner.closing:  # queued when the server began to stop: not started
-            self.runner.release()
+            self.runner.release(count)
             raise ApiError(503, ShuttingDown().message, "server_error")
 
     async def score_prompt(
@@ -358,9 +385,9 @@ class Server:
         finally:
             self.runner.release()
 
-    async def wait_turn(self, request: Request) -> None:
-        """Queue for the engine, leaving the queue if the client goes away meanwhile."""
-        turn = asyncio.create_task(self.runner.acquire())
+    async def wait_turn(self, request: Request, count: int = 1) -> None:
+        """Queue for ``count`` slots, leaving the queue if the client goes away meanwhile."""
+        turn = asyncio.create_task(self.runner.acquire(count))
         while True:
             done, _ = await asyncio.wait({turn}, timeout=POLL_S)
             if done:
@@ -372,7 +399,7 @@ class Server:
                     await turn
                 except asyncio.CancelledError:
                     raise ApiError(499, "client closed the request while queued") from None
-                self.runner.release()  # got the turn just as it was cancelled: give it back
+                self.runner.release(count)  # got the turns just as it was cancelled: back
                 raise ApiError(499, "client closed the request while queued")
 
     def ended(self, endpoint: str, status: int) -> None:
@@ -429,7 +456,7 @@ class Server:
             scored = await self.score_prompt(request, req)
             if req.token_limit == 0:  # echo alone: nothing to generate
                 return Reply(self, req, "none", endpoint, scored=scored).echoed(n_prompt)
-            events = ended_at_suffix(await self.start(request, args), args["prompt"])
+            events = await self.start_choices(request, self.choice_args(args, req.n))
         except ApiError as exc:
             self.ended(endpoint, exc.status)
             return exc.response()

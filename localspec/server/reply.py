@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localspec.engine.loop import RoundEvent, TokenLogprob
-from localspec.engine.stats import Stats
+from localspec.engine.stats import Stats, combined
 from localspec.engine.toolcalls import ToolFormat
 from localspec.errors import EngineFailure, GenerationCancelled, LocalspecError
-from localspec.server.runner import GenerationStream
+from localspec.server.runner import ChoiceStreams, GenerationStream
 from localspec.server.schemas import ChatRequest, CompletionRequest
 from localspec.server.shapes import ApiError
 from localspec.server.tool_stream import ToolCallStream, call_deltas, text_and_calls
@@ -65,10 +65,11 @@ class Reply:
         self.chat = isinstance(req, ChatRequest)
         self.rid = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.echo = self.prompt_text(req) if isinstance(req, CompletionRequest) and req.echo else ""
-        # text_offset of the next token (completions logprobs), in characters of the text:
-        # a token that ends inside a character adds none until the character is complete
-        self.offset = len(self.echo)
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.n = req.n
+        # text_offset of each choice's next token (completions logprobs), in characters of
+        # its text: a token that ends inside a character adds none until it is complete
+        self.offsets = [len(self.echo)] * self.n
+        self.decoders = [utf8_decoder() for _ in range(self.n)]
 
     # ----- logprobs ---------------------------------------------------------------------------
 
@@ -92,8 +93,7 @@ class Reply:
     def prompt_part(self, scored: list[tuple[int, TokenLogprob | None]]) -> dict[str, Any]:
         """The echoed prompt in the completions logprobs shape: the first token has no
         log-probability (nothing comes before it), offsets count the prompt's characters."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return self._completion_part(scored, decoder, 0)[0]
+        return self._completion_part(scored, utf8_decoder(), 0)[0]
 
     def _completion_part(
         self, scored: Iterable[tuple[int, TokenLogprob | None]], decoder: Any, at: int
@@ -131,14 +131,17 @@ class Reply:
         }
         return JSONResponse(body)
 
-    def logprobs(self, event: RoundEvent) -> dict[str, Any] | None:
-        """This event's tokens in the endpoint's logprobs shape (None: not asked for)."""
+    def logprobs(self, event: RoundEvent, index: int = 0) -> dict[str, Any] | None:
+        """This event of choice ``index``: its tokens in the endpoint's logprobs shape (None:
+        not asked for)."""
         if not event.logprobs:
             return None
         scored = list(zip(event.tokens, event.logprobs, strict=False))
         if self.chat:
             return {"content": [self._entry(t, lp) for t, lp in scored]}
-        part, self.offset = self._completion_part(scored, self.decoder, self.offset)
+        part, self.offsets[index] = self._completion_part(
+            scored, self.decoders[index], self.offsets[index]
+        )
         return part
 
     @staticmethod
@@ -149,45 +152,59 @@ class Reply:
 
     # ----- a whole response -------------------------------------------------------------------
 
-    async def whole(self, request: Request, events: GenerationStream) -> Response:
+    async def whole(self, request: Request, events: ChoiceStreams) -> Response:
         watcher = asyncio.create_task(stop_when_gone(request, events))
-        text, last = [self.echo], None
-        lps = [self.prompt_logprobs] if self.prompt_logprobs is not None else []
+        texts = [[self.echo] for _ in range(self.n)]
+        echoed = [self.prompt_logprobs] if self.prompt_logprobs is not None else []
+        lps: list[list[dict[str, Any]]] = [list(echoed) for _ in range(self.n)]
+        lasts: list[RoundEvent | None] = [None] * self.n
         try:
-            async for event in events:
-                text.append(event.text)
-                if (lp := self.logprobs(event)) is not None:
-                    lps.append(lp)
-                last = event
+            async for index, event in events:
+                texts[index].append(event.text)
+                if (lp := self.logprobs(event, index)) is not None:
+                    lps[index].append(lp)
+                lasts[index] = event
         except LocalspecError as exc:
+            await events.aclose()
             return self.failed(exc).response()
         finally:
             watcher.cancel()
-        if last is None or not last.finish_reason:
+        ended = [last for last in lasts if last is not None and last.finish_reason]
+        if len(ended) < self.n:
             if self.server.stopping:  # stopped because the server is stopping
                 return self.failed(ShuttingDown()).response()
             self.gone()
             return Response(status_code=499)
+        choices = [
+            self.whole_choice(i, "".join(texts[i]), lps[i], last) for i, last in enumerate(ended)
+        ]
+        stats = combined([last.stats for last in ended])
+        self.server.finished(self.endpoint, self.mode, stats, choices[0]["finish_reason"])
+        body = {
+            **self.server.envelope(self.chat, self.rid),
+            "choices": choices,
+            **self.server.extras(stats, self.mode),
+        }
+        return JSONResponse(body)
+
+    def whole_choice(
+        self, index: int, text: str, lps: list[dict[str, Any]], last: RoundEvent
+    ) -> dict[str, Any]:
         reason = last.finish_reason
-        choice: dict[str, Any] = {"index": 0}
+        assert reason is not None
+        choice: dict[str, Any] = {"index": index}
         if self.chat:
-            choice["message"] = message = {"role": "assistant", "content": "".join(text)}
+            choice["message"] = message = {"role": "assistant", "content": text}
             if self.tool_format is not None:
-                content, calls = self.tool_format.parse(message["content"])
+                content, calls = self.tool_format.parse(text)
                 if calls:
                     message["content"] = content
                     message["tool_calls"] = [call.as_openai() for call in calls]
                     reason = tool_reason(reason)
         else:
-            choice["text"] = "".join(text)
+            choice["text"] = text
         choice.update(logprobs=self.merged(lps), finish_reason=reason)
-        self.server.finished(self.endpoint, self.mode, last.stats, reason)
-        body = {
-            **self.server.envelope(self.chat, self.rid),
-            "choices": [choice],
-            **self.server.extras(last.stats, self.mode),
-        }
-        return JSONResponse(body)
+        return choice
 
     # ----- a stream ---------------------------------------------------------------------------
 
@@ -204,11 +221,12 @@ class Reply:
         logprobs: dict[str, Any] | None = None,
         reason: str | None = None,
         extras: dict[str, Any] | None = None,
+        index: int = 0,
     ) -> str:
         if self.chat:
-            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
         else:
-            choice = {"index": 0, "text": delta, "logprobs": logprobs, "finish_reason": reason}
+            choice = {"index": index, "text": delta, "logprobs": logprobs, "finish_reason": reason}
         return data({**self._head(), "choices": [choice], **(extras or {})})
 
     def _deltas(self, event: RoundEvent, tools: ToolCallStream | None) -> list[dict[str, Any]]:
@@ -220,37 +238,28 @@ class Reply:
             return deltas
         return deltas + call_deltas(calls, tools.sent - len(calls))
 
-    async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
-        last, failed = None, False
-        tools = ToolCallStream(self.tool_format) if self.tool_format is not None else None
+    async def sse(self, events: ChoiceStreams) -> AsyncIterator[str]:
+        lasts: list[RoundEvent | None] = [None] * self.n
+        failed = False
+        tools = [
+            ToolCallStream(self.tool_format) if self.tool_format is not None else None
+            for _ in range(self.n)
+        ]
         try:
-            if self.chat:
-                yield self.chunk({"role": "assistant", "content": ""})
-            elif self.echo:
-                yield self.chunk(self.echo, self.prompt_logprobs)
-            async for event in events:
-                last = event
-                done = event.finish_reason is not None
-                extras = (
-                    self.server.extras(event.stats, self.mode)
-                    if done and not self.req.include_usage
-                    else None
-                )
-                logprobs = self.logprobs(event)
-                if not self.chat:
-                    yield self.chunk(event.text, logprobs, event.finish_reason, extras)
-                    continue
-                deltas = self._deltas(event, tools)
-                for delta in deltas[:-1]:
-                    yield self.chunk(delta)
-                reason = event.finish_reason
-                if reason is not None and tools is not None and tools.called:
-                    reason = tool_reason(reason)
-                yield self.chunk(deltas[-1] if deltas else {}, logprobs, reason, extras)
-            if self.req.include_usage and last is not None:
-                extras = self.server.extras(last.stats, self.mode)
+            for i in range(self.n):
+                if self.chat:
+                    yield self.chunk({"role": "assistant", "content": ""}, index=i)
+                elif self.echo:
+                    yield self.chunk(self.echo, self.prompt_logprobs, index=i)
+            async for i, event in events:
+                lasts[i] = event
+                for chunk in self.event_chunks(i, event, tools[i]):
+                    yield chunk
+            ended = [last for last in lasts if last is not None and last.finish_reason]
+            if self.req.include_usage and len(ended) == self.n:
+                extras = self.server.extras(combined([e.stats for e in ended]), self.mode)
                 yield data({**self._head(), "choices": [], **extras})
-            if (last is None or not last.finish_reason) and self.server.stopping:
+            if len(ended) < self.n and self.server.stopping:
                 raise ShuttingDown
         except LocalspecError as exc:
             failed = True
@@ -263,18 +272,37 @@ class Reply:
             yield data(failure.body())
         finally:
             await events.aclose()
-            if last is not None and last.finish_reason:
-                self.server.finished(self.endpoint, self.mode, last.stats, last.finish_reason)
+            ended = [last for last in lasts if last is not None and last.finish_reason]
+            if len(ended) == self.n:
+                stats = combined([e.stats for e in ended])
+                self.server.finished(self.endpoint, self.mode, stats, str(ended[0].finish_reason))
             elif not failed:  # the client closed the stream
                 self.gone()
-            elif last is not None and not self.server.stopping:
+            elif any(lasts) and not self.server.stopping:
                 log.info(
                     "%s %s: client went away after %d tokens",
                     self.endpoint,
                     self.mode,
-                    last.stats.n_tokens,
+                    sum(last.stats.n_tokens for last in lasts if last is not None),
                 )
         yield "data: [DONE]\n\n"
+
+    def event_chunks(
+        self, index: int, event: RoundEvent, tools: ToolCallStream | None
+    ) -> list[str]:
+        """The chunks of one event of choice ``index``."""
+        done = event.finish_reason is not None and not self.req.include_usage
+        extras = self.server.extras(event.stats, self.mode) if done else None
+        logprobs = self.logprobs(event, index)
+        if not self.chat:
+            return [self.chunk(event.text, logprobs, event.finish_reason, extras, index)]
+        deltas = self._deltas(event, tools)
+        chunks = [self.chunk(delta, index=index) for delta in deltas[:-1]]
+        reason = event.finish_reason
+        if reason is not None and tools is not None and tools.called:
+            reason = tool_reason(reason)
+        chunks.append(self.chunk(deltas[-1] if deltas else {}, logprobs, reason, extras, index))
+        return chunks
 
     def failed(self, exc: LocalspecError) -> ApiError:
         return generation_failed(self.server, self.endpoint, self.mode, exc)
@@ -329,11 +357,15 @@ def data(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 
 
-async def stop_when_gone(request: Request, events: GenerationStream) -> None:
+async def stop_when_gone(request: Request, events: GenerationStream | ChoiceStreams) -> None:
     """Stop the generation when the client of a whole (non-streamed) response goes away."""
     while not await request.is_disconnected():
         await asyncio.sleep(DISCONNECT_POLL_S)
     await events.aclose()
+
+
+def utf8_decoder() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
 def tokens_text(server: ReplyHost, tokens: Iterable[int]) -> str:

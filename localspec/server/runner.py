@@ -35,6 +35,7 @@ class EngineRunner:
         self.running = 0  # generations holding a slot
         self.closing = False
         self._lock: asyncio.Semaphore | None = None
+        self._gathering: asyncio.Lock | None = None  # one request takes several turns at a time
         self._threads: set[threading.Thread] = set()  # generations still running
         self._count = threading.Lock()  # both change on the event loop and on the threads
 
@@ -51,21 +52,38 @@ class EngineRunner:
     def queue_depth(self) -> int:
         return self.waiting
 
-    async def acquire(self) -> None:
-        """Wait for a slot (FIFO). Raise QueueFull at once when the queue is full; a
-        request cancelled while waiting simply leaves the queue."""
+    async def acquire(self, count: int = 1) -> None:
+        """Wait for ``count`` slots (FIFO; at most ``slots``). Raise QueueFull at once when
+        the queue is full; a request cancelled while waiting simply leaves the queue, giving
+        back the slots it had taken."""
         turn = self._turn()
         if turn.locked() and self.waiting >= self.max_queue:
             raise QueueFull
         self.waiting += 1
         try:
-            await turn.acquire()
+            if count == 1:
+                await turn.acquire()
+                return
+            if self._gathering is None:
+                self._gathering = asyncio.Lock()
+            # one request gathers its slots at a time: two holding some each, waiting for
+            # the rest, would wait for each other
+            async with self._gathering:
+                taken = 0
+                try:
+                    for _ in range(count):
+                        await turn.acquire()
+                        taken += 1
+                except BaseException:
+                    self.release(taken)
+                    raise
         finally:
             self.waiting -= 1
 
-    def release(self) -> None:
-        """Give the turn back without generating (a request that ended while queued)."""
-        self._turn().release()
+    def release(self, count: int = 1) -> None:
+        """Give turns back without generating (a request that ended while queued)."""
+        for _ in range(count):
+            self._turn().release()
 
     def generate(self, **kwargs: Any) -> GenerationStream:
         """Start one generation now (the caller holds a slot, from ``acquire``) and return
@@ -167,3 +185,57 @@ class GenerationStream:
 
     def __del__(self) -> None:
         self.stopped.set()
+
+
+_END = object()  # a choice's stream has ended (``ChoiceStreams``)
+
+
+class ChoiceStreams:
+    """The events of one request's generations (its ``n`` choices, run side by side in the
+    slots) as they come, each with its choice's index. A generation's error is raised here;
+    closing it stops them all."""
+
+    def __init__(self, streams: list[GenerationStream]) -> None:
+        self.streams = streams
+        self._merged: asyncio.Queue[object] = asyncio.Queue()
+        self._pumps: list[asyncio.Task[None]] = []
+        self._running = len(streams)
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def __aiter__(self) -> ChoiceStreams:
+        return self
+
+    async def __anext__(self) -> tuple[int, RoundEvent]:
+        if len(self.streams) == 1:  # one choice: its own events, nothing to interleave
+            return 0, await self.streams[0].__anext__()
+        if not self._pumps:
+            self._pumps = [
+                asyncio.create_task(self._pump(i, stream)) for i, stream in enumerate(self.streams)
+            ]
+        while self._running:
+            item = await self._merged.get()
+            if item is _END:
+                self._running -= 1
+                continue
+            assert isinstance(item, tuple)
+            if isinstance(item[1], BaseException):
+                raise item[1]
+            return item
+        raise StopAsyncIteration
+
+    async def _pump(self, index: int, stream: GenerationStream) -> None:
+        try:
+            async for event in stream:
+                self._merged.put_nowait((index, event))
+        except Exception as exc:  # raised in the reader's task, by ``__anext__``
+            self._merged.put_nowait((index, exc))
+        finally:
+            self._merged.put_nowait(_END)
+
+    async def aclose(self) -> None:
+        for stream in self.streams:
+            await stream.aclose()
+        for pump in self._pumps:
+            pump.cancel()
