@@ -53,8 +53,8 @@ def test_the_handler_keeps_an_ignored_sigint_ignored(monkeypatch: pytest.MonkeyP
 
 
 def test_amx_kernels_are_left_out_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """llama.cpp's AMX products crash on some AMX CPUs: a build with them loads weights
-    without extra buffer types, and llama.cpp's own tools are told the same."""
+    """llama.cpp's AMX products crash where GCC 12 or 13 built them: a build with them
+    loads weights without extra buffer types, and llama.cpp's own tools are told the same."""
     from pathlib import Path
 
     from localspec import native

@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
             + (
                 f"on ({AMX_VARIABLE}=1)"
                 if weight_repacking()
-                else "not used (llama.cpp's AMX products crash on some CPUs; weights load "
-                f"without repacking; {AMX_VARIABLE}=1 turns them on)"
+                else "not used (llama.cpp's AMX products crash where GCC 12 or 13 built "
+                f"them; weights load without repacking; {AMX_VARIABLE}=1 turns them on for a "
+                "build by clang or GCC 14)"
             )
         )
     args.mode, args.draft = "ngram-simple", None
