@@ -226,8 +226,9 @@ def test_a_long_prompt_does_not_stall_a_streaming_answer(base: str, engine: Engi
 
 def test_n_answers_to_one_request_run_side_by_side(base: str, engine: Engine) -> None:
     """``n`` as the openai SDK sends it: n choices, indexed, read from one prompt read once;
-    seeded, choice i draws as a request with seed + i; greedy, each is the answer alone;
-    usage counts the prompt once and every choice's tokens."""
+    seeded, choice i draws as a request with seed + i (a draw tips only where a batched
+    pass's rounding moves a boundary onto it: too rare to see); greedy, each is the answer
+    alone up to a near tie; usage counts the prompt once and every choice's tokens."""
     import openai
 
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
@@ -252,19 +253,20 @@ def test_n_answers_to_one_request_run_side_by_side(base: str, engine: Engine) ->
     assert seeded.usage is not None and abs(seeded.usage.completion_tokens - tokens) <= 3
     assert seeded.usage.prompt_tokens == one.usage.prompt_tokens  # type: ignore[union-attr]
 
-    greedy = client.completions.create(
-        model="local",
-        prompt="The three primary colours are",
-        n=2,
-        max_tokens=12,
-        temperature=0,
-        logprobs=1,
-    )
-    alone = client.completions.create(
-        model="local", prompt="The three primary colours are", max_tokens=12, temperature=0
-    )
-    assert [c.text for c in greedy.choices] == [alone.choices[0].text] * 2
-    assert all(c.logprobs and len(c.logprobs.tokens) == 12 for c in greedy.choices)
+    ask = {"model": "local", "prompt": "The three primary colours are", "max_tokens": 12}
+    greedy = client.completions.create(**ask, n=2, temperature=0, logprobs=2)
+    alone = client.completions.create(**ask, temperature=0, logprobs=2)
+    assert greedy.choices[0].text == greedy.choices[1].text  # the same rows, side by side
+    assert same_up_to_a_near_tie(legacy_tops(alone.choices[0]), legacy_tops(greedy.choices[0]))
+
+
+def legacy_tops(choice: object) -> Tops:
+    """A completion choice's tokens with their top logprobs (the legacy shape)."""
+    lp = choice.logprobs  # type: ignore[attr-defined]
+    return [
+        (token, sorted(top.items(), key=lambda kv: -kv[1]))
+        for token, top in zip(lp.tokens, lp.top_logprobs, strict=True)
+    ]
 
 
 def test_n_answers_stream_interleaved_by_index(base: str) -> None:
