@@ -289,6 +289,29 @@ def test_n_answers_stream_interleaved_by_index(base: str) -> None:
         one = {**body, "n": 1, "seed": 3 + index, "stream": False}
         answer = post(base, "/v1/chat/completions", one).json()
         assert answer["choices"][0]["message"]["content"] == text[index]
+    # without include_usage, the usage of every choice rides once, on the last chunk
+    lines = []
+    stream_lines(base, {**body, "stream_options": None}, lines)
+    usages = [
+        u
+        for _, line in lines
+        if line.startswith("data: {") and (u := json.loads(line[6:]).get("usage"))
+    ]
+    assert [u["completion_tokens"] for u in usages] == [24]
+
+
+def test_an_echoed_prompt_alone_comes_once_per_choice(base: str) -> None:
+    """``echo`` with ``max_tokens: 0``, as evaluation harnesses score a text: n choices,
+    and streamed as a stream."""
+    body = {"prompt": "def fib(n):", "echo": True, "max_tokens": 0, "n": 2, "logprobs": 1}
+    whole = post(base, "/v1/completions", body).json()
+    assert [c["index"] for c in whole["choices"]] == [0, 1]
+    assert {c["text"] for c in whole["choices"]} == {"def fib(n):"}
+    lines: list[tuple[float, str]] = []
+    stream_lines(base, {**body, "stream": True}, lines, "completions")
+    chunks = [json.loads(line[6:]) for _, line in lines if line.startswith("data: {")]
+    assert [c["choices"][0]["index"] for c in chunks] == [0, 1]
+    assert lines[-1][1] == "data: [DONE]"
 
 
 def test_n_past_the_slots_is_refused(base: str) -> None:

@@ -317,12 +317,13 @@ class Server:
     def check_choices(self, n: int) -> None:
         """``n`` answers run side by side, each in a slot of its own."""
         slots = self.engine.parallel
-        if not 1 <= n <= slots:
-            more = f"start the server with --parallel {n} or more" if n > slots else "send 1+"
+        if n < 1:
+            raise ApiError(400, f"n must be 1 or more (got {n}): the answers to give", param="n")
+        if n > slots:
             raise ApiError(
                 400,
                 f"n={n} asks for {n} answers at once; this server runs {slots} slot"
-                f"{'s' if slots > 1 else ''} ({more})",
+                f"{'s' if slots > 1 else ''} (start the server with --parallel {n} or more)",
                 param="n",
             )
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec.engine.loop import RoundEvent, TokenLogprob
 from localspec.engine.stats import Stats, combined
@@ -117,19 +117,23 @@ class Reply:
         """``max_tokens: 0`` with ``echo``: the prompt alone (scored, with ``logprobs``), as
         evaluation harnesses ask for it."""
         stats = Stats(n_prompt=n_prompt)
-        choice = {
-            "index": 0,
-            "text": self.echo,
-            "logprobs": self.prompt_logprobs,
-            "finish_reason": "length",
-        }
         self.server.finished(self.endpoint, self.mode, stats, "length")
-        body = {
-            **self.server.envelope(self.chat, self.rid),
-            "choices": [choice],
-            **self.server.extras(stats, self.mode),
-        }
+        extras = self.server.extras(stats, self.mode)
+        if self.req.stream:
+            return StreamingResponse(self._echoed_chunks(extras), media_type="text/event-stream")
+        echo = {"text": self.echo, "logprobs": self.prompt_logprobs, "finish_reason": "length"}
+        choices = [{"index": i, **echo} for i in range(self.n)]
+        body = {**self.server.envelope(self.chat, self.rid), "choices": choices, **extras}
         return JSONResponse(body)
+
+    async def _echoed_chunks(self, extras: dict[str, Any]) -> AsyncIterator[str]:
+        usage = self.req.include_usage
+        for i in range(self.n):
+            last = None if usage or i < self.n - 1 else extras
+            yield self.chunk(self.echo, self.prompt_logprobs, "length", last, i)
+        if usage:
+            yield data({**self._head(), "choices": [], **extras})
+        yield "data: [DONE]\n\n"
 
     def logprobs(self, event: RoundEvent, index: int = 0) -> dict[str, Any] | None:
         """This event of choice ``index``: its tokens in the endpoint's logprobs shape (None:
@@ -253,7 +257,7 @@ class Reply:
                     yield self.chunk(self.echo, self.prompt_logprobs, index=i)
             async for i, event in events:
                 lasts[i] = event
-                for chunk in self.event_chunks(i, event, tools[i]):
+                for chunk in self.event_chunks(i, event, tools[i], lasts):
                     yield chunk
             ended = [last for last in lasts if last is not None and last.finish_reason]
             if self.req.include_usage and len(ended) == self.n:
@@ -288,11 +292,20 @@ class Reply:
         yield "data: [DONE]\n\n"
 
     def event_chunks(
-        self, index: int, event: RoundEvent, tools: ToolCallStream | None
+        self,
+        index: int,
+        event: RoundEvent,
+        tools: ToolCallStream | None,
+        lasts: list[RoundEvent | None],
     ) -> list[str]:
-        """The chunks of one event of choice ``index``."""
-        done = event.finish_reason is not None and not self.req.include_usage
-        extras = self.server.extras(event.stats, self.mode) if done else None
+        """The chunks of one event of choice ``index`` (``lasts``: every choice's last event
+        so far). Without ``include_usage`` the usage, timings and speculation of all the
+        choices ride on the last choice's last chunk."""
+        ended = [e for e in lasts if e is not None and e.finish_reason]
+        done = len(ended) == self.n and event.finish_reason is not None
+        extras = None
+        if done and not self.req.include_usage:
+            extras = self.server.extras(combined([e.stats for e in ended]), self.mode)
         logprobs = self.logprobs(event, index)
         if not self.chat:
             return [self.chunk(event.text, logprobs, event.finish_reason, extras, index)]
