@@ -59,6 +59,10 @@ WIDE_STEP_MARGIN = 0.01
 WAKE_MARGIN = 0.05
 # room a sequence must have left in its context to be priced as paddable (more than a draft)
 PAD_ROOM = 64
+# llama.cpp copies a sequence's whole cache, used or not (about 60 ms for the 0.5B's 4,096
+# cells on a 2-core CPU, the read of some 20 prompt tokens): a copy must save the read of at
+# least this share of a slot's context, and MIN_TOKENS
+COPY_SHARE = 1 / 64
 RECHECK_RESTS = 16  # steps a decision that every draft model rests is reused unpriced
 DONE = object()  # the last item of a request's event queue
 T = TypeVar("T")
@@ -302,9 +306,9 @@ class BatchScheduler:
                 self._end(slot, exc)
 
     def _read_elsewhere(self, request: SlotRequest, free: list[Slot]) -> bool:
-        """Whether a slot is reading a prompt that starts as ``request``'s does, for
-        MIN_TOKENS more than any cache holds now: the request waits for that read (its slot
-        then copies it) rather than reading the same tokens beside it."""
+        """Whether a slot is reading a prompt that starts as ``request``'s does, for enough
+        more than any cache holds now (``_least_copied``): the request waits for that read
+        (its slot then copies it) rather than reading the same tokens beside it."""
         if self.slots[0].target.max_rollback is not None:  # recurrent states are not copied
             return False
         tokens, reproducible = request.tokens, request.reproducible
@@ -319,16 +323,21 @@ class BatchScheduler:
         held = max(s.target.reusable(tokens, reproducible) for s in self.slots)
         if self.prompt_cache is not None:
             held = max(held, self.prompt_cache.longest(tokens))
-        return any(common_prefix_length(r.tokens, tokens) - held >= MIN_TOKENS for r in reading)
+        least = self._least_copied()
+        return any(common_prefix_length(r.tokens, tokens) - held >= least for r in reading)
+
+    def _least_copied(self) -> int:
+        """The fewest prompt tokens a copy of another slot's cache must save reading."""
+        return max(MIN_TOKENS, int(self.slots[0].target.n_ctx * COPY_SHARE))
 
     def _copy_shared(self, slot: Slot, request: SlotRequest) -> None:
-        """Give ``slot`` the cache of a busy slot that holds MIN_TOKENS more of the request's
-        prompt than its own (as the request may reuse it): one copy where reading them would
-        take a pass a chunk."""
+        """Give ``slot`` the cache of a busy slot that holds enough more of the request's
+        prompt than its own (as the request may reuse it; ``_least_copied``): one copy where
+        reading them would take a pass a chunk."""
         if slot.target.max_rollback is not None:
             return
         tokens, reproducible = request.tokens, request.reproducible
-        best, most = None, slot.target.reusable(tokens, reproducible) + MIN_TOKENS - 1
+        best, most = None, slot.target.reusable(tokens, reproducible) + self._least_copied() - 1
         for other in self.slots:
             if other is not slot and other.work is not None:
                 shared = other.target.reusable(tokens, reproducible)
