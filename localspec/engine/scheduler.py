@@ -173,6 +173,7 @@ class BatchScheduler:
         self.cost = cost
         recurrent = target.max_rollback is not None  # its states are not saved and restored
         self.prompt_cache = None if recurrent else prompt_cache
+        self.copies_caches = not recurrent  # one slot's cache into another (``copy_from``)
         self.figures = StepFigures()
         self.totals = StepTotals()
         self.resting = 0  # draft models resting now (``_rest_draft_models``)
@@ -283,7 +284,7 @@ class BatchScheduler:
             if request.gone():
                 request.events.put(DONE)
                 continue
-            if self._read_elsewhere(request, free):
+            if self._read_elsewhere(request):
                 held.append(request)
                 continue
             slot = max(
@@ -305,11 +306,11 @@ class BatchScheduler:
             except BaseException as exc:
                 self._end(slot, exc)
 
-    def _read_elsewhere(self, request: SlotRequest, free: list[Slot]) -> bool:
+    def _read_elsewhere(self, request: SlotRequest) -> bool:
         """Whether a slot is reading a prompt that starts as ``request``'s does, for enough
         more than any cache holds now (``_least_copied``): the request waits for that read
         (its slot then copies it) rather than reading the same tokens beside it."""
-        if self.slots[0].target.max_rollback is not None:  # recurrent states are not copied
+        if not self.copies_caches:
             return False
         tokens, reproducible = request.tokens, request.reproducible
         # a read as afresh serves any request; another, only those that are not
@@ -334,7 +335,7 @@ class BatchScheduler:
         """Give ``slot`` the cache of a busy slot that holds enough more of the request's
         prompt than its own (as the request may reuse it; ``_least_copied``): one copy where
         reading them would take a pass a chunk."""
-        if slot.target.max_rollback is not None:
+        if not self.copies_caches:
             return
         tokens, reproducible = request.tokens, request.reproducible
         best, most = None, slot.target.reusable(tokens, reproducible) + self._least_copied() - 1

@@ -201,9 +201,6 @@ class ChoiceStreams:
         self._pumps: list[asyncio.Task[None]] = []
         self._running = len(streams)
 
-    def __len__(self) -> int:
-        return len(self.streams)
-
     def __aiter__(self) -> ChoiceStreams:
         return self
 
