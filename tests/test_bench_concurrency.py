@@ -69,8 +69,6 @@ def test_the_concurrency_bench_refuses_what_does_not_apply(capsys) -> None:  # t
         code = main(["bench", "/nope/model.gguf", "--concurrency", "1,2", *extra])
         err = capsys.readouterr().err
         assert code == 2 and expected in err, (extra, err)
-    assert main(["bench", "/nope/model.gguf", "--requests", "2"]) == 2
-    assert "--requests applies to --concurrency only" in capsys.readouterr().err
 
 
 # ----- the measurement -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from localspec import argtypes as at
 from localspec import bench, native
+from localspec.arrivals import rate_list
 from localspec.commands.bench_concurrency import run_concurrency
 from localspec.commands.bench_fim import run_fim
 from localspec.commands.bench_output import (
@@ -21,6 +22,7 @@ from localspec.commands.bench_output import (
     parse_list,
     write_text,
 )
+from localspec.commands.bench_rate import DEFAULT_SLOTS, REQUESTS_PER_RATE, run_rate_bench
 from localspec.commands.bench_scenarios import run_scenarios
 from localspec.commands.flags import add_model_flags, add_spec_flags, engine_options
 from localspec.commands.flags import spec_for as run_spec_for
@@ -39,14 +41,13 @@ def run(args: argparse.Namespace) -> int:
     from localspec.api import Engine
     from localspec.modes import canonical, neural_part
 
+    check_load_flags(args)
     if args.fim:
         return run_fim(args)
+    if args.rate is not None:
+        return run_rate_bench(args)
     if args.concurrency is not None:
         return run_concurrency(args)
-    if args.requests is not None:
-        raise LocalspecError(
-            "--requests applies to --concurrency only", "add --concurrency 1,2,4, or drop it"
-        )
     given = args.modes is not None
     if args.scenarios is not None:
         if args.prompts is not None:
@@ -260,6 +261,28 @@ def report(args, console, cells, ceiling, model, machine, partial) -> None:  # t
         bench.plot(cells, args.plot, header)
 
 
+def check_load_flags(args: argparse.Namespace) -> None:
+    """--concurrency and --rate are two benches; --requests belongs to either, --parallel
+    to --rate (--concurrency loads as many slots as its most clients)."""
+    if args.rate is not None and args.concurrency is not None:
+        raise LocalspecError(
+            "--rate and --concurrency are two different benches",
+            "run them one at a time: --concurrency keeps N clients busy (throughput), "
+            "--rate sends requests at random times (latency)",
+        )
+    if args.requests is not None and args.rate is None and args.concurrency is None:
+        raise LocalspecError(
+            "--requests applies to --concurrency and --rate only",
+            "add --concurrency 1,2,4 or --rate 0.1,0.2, or drop it",
+        )
+    if args.parallel is not None and args.rate is None:
+        why = " (--concurrency loads as many slots as its most clients)"
+        raise LocalspecError(
+            "--parallel applies to --rate only" + (why if args.concurrency else ""),
+            "add --rate 0.1,0.2, or drop it",
+        )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("bench", help="every mode vs plain decoding (and native llama.cpp)")
     add_model_flags(p, mode=False)  # it measures --modes, a list
@@ -303,10 +326,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "ngram-simple); with --native, llama-server's /infill on the same requests",
     )
     p.add_argument(
+        "--rate",
+        type=rate_list,
+        default=None,
+        metavar="R,R,...",
+        help="run the arrival-rate bench instead: for each R, requests arriving at random at R "
+        "per second, each sent when it arrives whatever is still running, on one engine with "
+        "--parallel slots; plain batching vs fixed and load-aware speculation of the one "
+        "--modes mode (default ngram-simple); mean, p50 and p95 latency from arrival; with "
+        "--native, llama-server with as many slots",
+    )
+    p.add_argument(
         "--requests",
         type=at.count,
         default=None,
-        help="with --concurrency: requests each client sends in one batch (default 2)",
+        help="with --concurrency: requests each client sends in one batch (default 2); with "
+        f"--rate: requests per rate (default {REQUESTS_PER_RATE})",
+    )
+    p.add_argument(
+        "--parallel",
+        type=at.slots,
+        default=None,
+        metavar="N",
+        help=f"with --rate: the engine's slots (and llama-server's -np; default {DEFAULT_SLOTS})",
     )
     p.add_argument(
         "--temps",

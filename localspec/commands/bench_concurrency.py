@@ -8,10 +8,11 @@ import argparse
 import json
 import platform
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 from rich.console import Console
@@ -21,6 +22,7 @@ from localspec import argtypes as at
 from localspec import bench, native
 from localspec import concurrency as cc
 from localspec import native_server as ns
+from localspec.arrivals import RateRun
 from localspec.commands.bench_output import (
     check_outputs,
     nothing_measured,
@@ -44,9 +46,85 @@ REQUESTS_PER_CLIENT = 2  # a closed loop: a client that finishes early sends its
 
 
 def run_concurrency(args: argparse.Namespace) -> int:
+    levels: list[int] = args.concurrency
+    per_client = args.requests or REQUESTS_PER_CLIENT
+
+    def here(load: Load, configs: Sequence[cc.Config], level: int) -> Iterator[cc.BatchRun]:
+        return measure(load, configs, level, load.stop)
+
+    def there(load: Load, server: ns.ServerSettings, texts: Sequence[str], level: int):  # type: ignore[no-untyped-def]
+        return measure_native(load, server, texts, level, level, here)
+
+    measured = measure_levels(args, levels, max(levels), per_client, here, there, batch_line)
+    header = title(args, measured, "--concurrency", f"{per_client} request(s) per client")
+    points = cc.summarise(measured.runs)
+    report(args, report_console(), header, measured, points)
+    return measured.exit_code()
+
+
+def title(args: argparse.Namespace, measured: Measured[R], bench_flag: str, load: str) -> str:
+    """The report's first line: what ran, on what, and how quiet the machine was."""
+    return (
+        f"localspec bench {bench_flag}: {measured.model}, {measured.mode} "
+        f"(n-max {measured.n_max}), {args.n_predict} tokens, T={measured.load.temperature:g}, "
+        f"{load}, {args.repeat} repeat(s), "
+        f"{' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+        f"machine {'busy' if measured.machine.busy else 'quiet'}"
+        + (", interrupted: partial" if measured.partial else "")
+    )
+
+
+def batch_line(run: cc.BatchRun) -> str:
+    return (
+        f"{plural(run.concurrency, 'client'):>10} {run.config:20} {run.tokens_per_s:7.1f} "
+        f"tok/s ({run.tokens} tokens in {run.wall_s:.1f} s; "
+        f"in flight {run.in_flight_tokens_per_s:.1f})"
+    )
+
+
+R = TypeVar("R", cc.BatchRun, RateRun)
+Level = TypeVar("Level", int, float)
+
+
+@dataclass
+class Measured(Generic[R]):
+    """A load bench's runs, and what its report says of them."""
+
+    model: str
+    mode: str
+    n_max: int
+    load: Load
+    machine: MachineLoad
+    runs: list[R]
+    curve: VerifyCost | None
+    interrupted: bool
+    failure: LocalspecError | None
+
+    @property
+    def partial(self) -> bool:
+        return self.interrupted or self.failure is not None
+
+    def exit_code(self) -> int:
+        if self.failure is not None:
+            raise LocalspecError(f"the bench stopped: {self.failure.message}", self.failure.hint)
+        return 130 if self.interrupted else 0
+
+
+def measure_levels(
+    args: argparse.Namespace,
+    levels: Sequence[Level],
+    slots: int,
+    requests: int,
+    here: Callable[[Load, Sequence[cc.Config], Level], Iterator[R]],
+    there: Callable[[Load, ns.ServerSettings, Sequence[str], Level], Iterator[R]],
+    line: Callable[[R], str],
+) -> Measured[R]:
+    """Load one engine with ``slots`` slots and run its configurations at every level
+    (``here``), then llama-server's (``there``, with ``--native``); each run's progress
+    ``line`` on standard error. Ctrl-C or a failing llama-server ends the levels early and
+    keeps what was measured."""
     from localspec.api import Engine
 
-    levels: list[int] = args.concurrency
     mode = check_args(args)
     temperature = parse_list(args.temps, "--temps", at.temperature)[0]
     prompts = select_prompts(args.prompts if args.prompts is not None else PROMPTS)
@@ -54,8 +132,7 @@ def run_concurrency(args: argparse.Namespace) -> int:
     if args.native is not None:
         ns.check_server(Path(args.native))
     args.mode = mode
-    per_client = args.requests or REQUESTS_PER_CLIENT
-    options = {**engine_options(args), "parallel": max(levels)}
+    options = {**engine_options(args), "parallel": slots}
     spec = options["spec"]
     console = report_console(stderr=True)  # progress; the results go to standard output
     machine = machine_load()
@@ -63,9 +140,9 @@ def run_concurrency(args: argparse.Namespace) -> int:
     settings = GenerationSettings(max_tokens=args.n_predict, temperature=temperature)
     stop = threading.Event()
     curve: VerifyCost | None = None
-    runs: list[cc.BatchRun] = []
+    runs: list[R] = []
     interrupted, failure = False, None
-    load = Load(prompts, per_client, args.repeat, args.n_predict, temperature)
+    load = Load(prompts, requests, args.repeat, args.n_predict, temperature, mode, stop)
     with Engine.load(**options) as engine:
         model = engine.target_path.name
         server = server_settings(args, engine, options) if args.native else None
@@ -78,38 +155,20 @@ def run_concurrency(args: argparse.Namespace) -> int:
             curve = engine.verify_cost(spec.n_max).frozen()  # the warm-up calibrated it
             console.print(f"  {curve_line(curve)}")
             for level in levels:
-                batches = measure(load, configs, level, stop)
+                batches = here(load, configs, level)
                 if server is not None:
-                    batches = chain(batches, measure_native(load, server, texts, mode, level, stop))
+                    batches = chain(batches, there(load, server, texts, level))
                 for run in batches:
-                    console.print(
-                        f"  [{run.repeat + 1}/{args.repeat}] {plural(level, 'client'):>10} "
-                        f"{run.config:20} {run.tokens_per_s:7.1f} tok/s "
-                        f"({run.tokens} tokens in {run.wall_s:.1f} s; "
-                        f"in flight {run.in_flight_tokens_per_s:.1f})"
-                    )
+                    console.print(f"  [{run.repeat + 1}/{args.repeat}] {line(run)}")
                     runs.append(run)
         except KeyboardInterrupt:
             stop.set()
             interrupted = True
-            console.print("[yellow]interrupted: the batches so far follow[/]")
+            console.print("[yellow]interrupted: the runs so far follow[/]")
         except LocalspecError as exc:  # llama-server failed mid-way: keep what was measured
             stop.set()
             failure = exc
-    points = cc.summarise(runs)
-    header = (
-        f"localspec bench --concurrency: {model}, {mode} (n-max {spec.n_max}), "
-        f"{args.n_predict} tokens, T={temperature:g}, {per_client} request(s) per client, "
-        f"{args.repeat} repeat(s), "
-        f"{' '.join(filter(None, (platform.machine(), platform.processor())))}, "
-        f"machine {'busy' if machine.busy else 'quiet'}"
-        + (", interrupted: partial" if interrupted or failure else "")
-    )
-    partial = interrupted or failure is not None
-    report(args, report_console(), header, model, load, points, runs, machine, partial, curve)
-    if failure is not None:
-        raise LocalspecError(f"the bench stopped: {failure.message}", failure.hint)
-    return 130 if interrupted else 0
+    return Measured(model, mode, spec.n_max, load, machine, runs, curve, interrupted, failure)
 
 
 def curve_line(curve: VerifyCost) -> str:
@@ -122,55 +181,61 @@ def curve_line(curve: VerifyCost) -> str:
 
 @dataclass(frozen=True)
 class Load:
-    """What every client sends: its requests over ``prompts``, how many, how long."""
+    """What is sent: requests over ``prompts`` (``requests`` per client with
+    ``--concurrency``, per rate with ``--rate``), how long, sampled how, drafted by which
+    ``mode``; ``stop`` set by Ctrl-C or a failure."""
 
     prompts: Sequence[PromptCase]
-    per_client: int
+    requests: int
     repeats: int
     n_tokens: int
     temperature: float
+    mode: str
+    stop: threading.Event
 
 
 def measure(
     load: Load, configs: Sequence[cc.Config], level: int, stop: threading.Event
 ) -> Iterator[cc.BatchRun]:
     """localspec's configurations at one concurrency, interleaved."""
-    return cc.run_level(configs, level, load.per_client, len(load.prompts), load.repeats, stop)
+    return cc.run_level(configs, level, load.requests, len(load.prompts), load.repeats, stop)
 
 
 def measure_native(
     load: Load,
     server: ns.ServerSettings,
     texts: Sequence[str],
-    mode: str,
-    level: int,
-    stop: threading.Event,
-) -> Iterator[cc.BatchRun]:
+    level: Level,
+    slots: int,
+    run: Callable[[Load, Sequence[cc.Config], Level], Iterator[R]],
+) -> Iterator[R]:
     """llama-server plain, then with its own speculation, each on a server of its own with
-    ``level`` slots (two servers at once would share the cores even while one waits)."""
+    ``slots`` slots (two servers at once would share the cores even while one waits), its
+    configuration ``run`` at ``level``."""
     schemas = [p.schema for p in load.prompts]
-    for native_mode in ("none", mode):
+    stop = load.stop
+    for native_mode in ("none", load.mode):
         name = cc.NATIVE_PREFIX + ("plain" if native_mode == "none" else native_mode)
-        with ns.running_server(server, level, native_mode) as url:
+        with ns.running_server(server, slots, native_mode) as url:
             warm = ns.server_sender(url, texts, schemas, WARM_UP_TOKENS, load.temperature, stop)
             cc.run_batch(warm, [[cc.Request(0, 0)]], stop)
             send = ns.server_sender(url, texts, schemas, load.n_tokens, load.temperature, stop)
-            config = cc.Config(name, send)
-            yield from measure(load, [config], level, stop)
+            yield from run(load, [cc.Config(name, send)], level)
 
 
 def check_args(args: argparse.Namespace) -> str:
     """The one speculative mode that fixed and load-aware speculation use."""
     from localspec.modes import canonical, neural_part
 
+    flag = "--rate" if getattr(args, "rate", None) is not None else "--concurrency"
     if args.scenarios is not None:
         raise LocalspecError(
-            "--concurrency and --scenarios are two different benches",
+            f"{flag} and --scenarios are two different benches",
             "run them one at a time",
         )
     if args.no_adaptive:
         raise LocalspecError(
-            "--no-adaptive does not apply to --concurrency: it measures fixed-length and "
+            f"--no-adaptive does not apply to {flag}: it measures fixed-length and "
             "load-aware (adaptive) speculation both",
             "drop --no-adaptive",
         )
@@ -179,7 +244,7 @@ def check_args(args: argparse.Namespace) -> str:
     modes = [m for m in listed if m != "none"]
     if given and len(modes) != 1:
         raise LocalspecError(
-            "--modes with --concurrency: give the one speculative mode to measure "
+            f"--modes with {flag}: give the one speculative mode to measure "
             f"(plain decoding is always measured; got {', '.join(modes) or 'none'})",
             "e.g. --modes ngram-simple",
         )
@@ -247,17 +312,12 @@ def order(config: str) -> tuple[int, bool, str]:
     return (len(cc.CONFIGS), config != cc.NATIVE_PREFIX + "plain", config)
 
 
-def report(  # type: ignore[no-untyped-def]
-    args,
+def report(
+    args: argparse.Namespace,
     console: Console,
     header: str,
-    model: str,
-    load: Load,
-    points,
-    runs,
-    machine: MachineLoad,
-    partial: bool,
-    curve: VerifyCost | None = None,
+    measured: Measured[cc.BatchRun],
+    points: Sequence[cc.Point],
 ) -> None:
     table = Table(title=header)
     for col in COLUMNS:
@@ -274,29 +334,14 @@ def report(  # type: ignore[no-untyped-def]
         "shared drafts: of the draft tokens the slots' controllers wanted in steps shared "
         "with other clients, the share verified (the rest cut to what pays for the step)"
     )
-    for line in lines:
-        console.print(f"  {line}")
-    console.print(f"  {machine.describe()}")
-    if curve is not None:
-        console.print(f"  {curve_line(curve)}")
-    if nothing_measured(args, console, bool(runs)):
+    print_footer(console, lines, measured)
+    if nothing_measured(args, console, bool(measured.runs)):
         return
     if args.json:
         data = {
-            "model": model,
-            "n_tokens": args.n_predict,
-            "requests_per_client": load.per_client,
-            "temperature": load.temperature,
-            "repeat": args.repeat,
+            **common_json(args, measured),
+            "requests_per_client": measured.load.requests,
             "concurrency": args.concurrency,
-            "machine": machine.to_dict(),
-            # what the shared budget priced steps by: the target's calibrated batch costs
-            "cost_curve": None
-            if curve is None
-            else {
-                "rows": [int(n) for n in curve.sizes],
-                "seconds": [round(float(t), 5) for t in curve.seconds],
-            },
             "points": [p.to_dict() for p in points],
             "batches": [
                 {
@@ -308,7 +353,7 @@ def report(  # type: ignore[no-untyped-def]
                     "tokens_per_s": round(r.tokens_per_s, 2),
                     "in_flight_tokens_per_s": round(r.in_flight_tokens_per_s, 2),
                 }
-                for r in runs
+                for r in measured.runs
             ],
             "crossover": cc.crossover(points),
             "native_ratio": {
@@ -319,13 +364,42 @@ def report(  # type: ignore[no-untyped-def]
                 for n, (ratio, _) in cc.native_ratios(points, in_flight=True).items()
             },
             "meaning": lines,
-            "partial": partial,  # Ctrl-C: the batches measured so far
+            "partial": measured.partial,  # Ctrl-C: the batches measured so far
         }
         write_text(args.json, json.dumps(data, indent=2))
     if args.markdown:
         write_text(args.markdown, markdown(header, points) + "".join(f"- {x}\n" for x in lines))
     if args.plot and points:
         plot(points, args.plot, header)
+
+
+def print_footer(console: Console, lines: Sequence[str], measured: Measured[R]) -> None:
+    """What the figures say, then the machine's load and the cost curve the budget used."""
+    for line in lines:
+        console.print(f"  {line}")
+    console.print(f"  {measured.machine.describe()}")
+    if measured.curve is not None:
+        console.print(f"  {curve_line(measured.curve)}")
+
+
+def common_json(args: argparse.Namespace, measured: Measured[R]) -> dict[str, object]:
+    """What a load bench's JSON says of its set-up: the model, the load, the machine, and
+    the calibrated batch costs the shared budget priced steps by."""
+    curve = measured.curve
+    return {
+        "model": measured.model,
+        "mode": measured.mode,
+        "n_tokens": args.n_predict,
+        "temperature": measured.load.temperature,
+        "repeat": args.repeat,
+        "machine": measured.machine.to_dict(),
+        "cost_curve": None
+        if curve is None
+        else {
+            "rows": [int(n) for n in curve.sizes],
+            "seconds": [round(float(t), 5) for t in curve.seconds],
+        },
+    }
 
 
 def markdown(header: str, points: Sequence[cc.Point]) -> str:

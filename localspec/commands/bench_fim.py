@@ -185,7 +185,12 @@ def run_fim(args: argparse.Namespace) -> int:
 
 
 def check_args(args: argparse.Namespace, canonical: Callable[[str], str]) -> str:
-    for flag, value in (("--concurrency", args.concurrency), ("--scenarios", args.scenarios)):
+    benches = (
+        ("--concurrency", args.concurrency),
+        ("--rate", args.rate),
+        ("--scenarios", args.scenarios),
+    )
+    for flag, value in benches:
         if value is not None:
             raise LocalspecError(f"--fim and {flag} are two different benches", "run one")
     if args.plot is not None:
