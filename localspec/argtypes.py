@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T", int, float)
 
 # a bound beyond which a count is certainly a typo (threads, tokens, queue sizes)
 HUGE = 1 << 24
@@ -112,3 +115,27 @@ def origins(value: str) -> tuple[str, ...]:
                 f"{origin!r} is not a web origin: write it as https://host[:port], or * for any"
             )
     return found
+
+
+def distinct_list(item: Callable[[str], T], example: str) -> Callable[[str], list[T]]:
+    """A comma-separated list of distinct values (``--concurrency 1,2,4``, ``--rate
+    0.1,0.2``), each read by ``item`` (which raises argparse's error with its own words),
+    sorted. An empty item (``1,,2``) is refused rather than skipped: it is most likely a
+    typo. ``example``: what to write, for the messages."""
+
+    def parse(text: str) -> list[T]:
+        items = [part.strip() for part in text.split(",")]
+        if not any(items):
+            raise argparse.ArgumentTypeError(f"give {example}")
+        values: list[T] = []
+        for part in items:
+            if not part:
+                raise argparse.ArgumentTypeError(f"{text!r} has an empty item: give {example}")
+            value = item(part)
+            if value in values:
+                raise argparse.ArgumentTypeError(f"{part} is given twice")
+            values.append(value)
+        return sorted(values)
+
+    parse.__name__ = "list"  # argparse names the type in its message
+    return parse

@@ -27,50 +27,42 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.argtypes import distinct_list
 from localspec.concurrency import (
     CONFIGS,
     LOAD_AWARE,
     NATIVE_PREFIX,
     PLAIN,
-    STOP_WAIT_S,
     Config,
     Request,
     Sender,
     Span,
     Timing,
+    join_all,
     percentile,
+    stop_all,
 )
 
 MAX_RATE = 1000.0  # requests per second: beyond that the sending threads are the load
 
 
-def rate_list(text: str) -> list[float]:
-    """``--rate 0.1,0.2,0.4``: distinct request rates (per second), each above 0, sorted."""
-    items = [item.strip() for item in text.split(",")]
-    if not any(items):
-        raise argparse.ArgumentTypeError("give request rates per second such as 0.1,0.2,0.4")
-    values: list[float] = []
-    for item in items:
-        if not item:
-            raise argparse.ArgumentTypeError(f"{text!r} has an empty item: write e.g. 0.1,0.2")
-        try:
-            value = float(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is not a rate (requests per second, e.g. 0.2)"
-            ) from None
-        if not (0 < value <= MAX_RATE and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(
-                f"{item} requests per second is out of range: each must be above 0 and at "
-                f"most {MAX_RATE:g}"
-            )
-        if value in values:
-            raise argparse.ArgumentTypeError(f"{item} is given twice")
-        values.append(value)
-    return sorted(values)
+def request_rate(item: str) -> float:
+    """One item of ``--rate``: requests per second, above 0."""
+    try:
+        value = float(item)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{item!r} is not a rate (requests per second, e.g. 0.2)"
+        ) from None
+    if not (0 < value <= MAX_RATE and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(
+            f"{item} requests per second is out of range: each must be above 0 and at most "
+            f"{MAX_RATE:g}"
+        )
+    return value
 
 
-rate_list.__name__ = "list"  # argparse names the type in its message
+rate_list = distinct_list(request_rate, "request rates per second such as 0.1,0.2,0.4")
 
 
 @dataclass(frozen=True)
@@ -119,14 +111,10 @@ def run_arrivals(send: Sender, plan: Sequence[Arrival], stop: threading.Event) -
             )
             thread.start()
             threads.append(thread)
-        for thread in threads:
-            thread.join()
-    except KeyboardInterrupt:
-        stop.set()
-        deadline = time.monotonic() + STOP_WAIT_S
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:  # while waiting for the next arrival
+        stop_all(threads, stop)
         raise
+    join_all(threads, stop)
     wall = time.perf_counter() - t0
     if errors:
         raise errors[0]

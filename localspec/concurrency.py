@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from localspec.argtypes import MAX_SLOTS
+from localspec.argtypes import MAX_SLOTS, distinct_list
 from localspec.progress import plural
 
 if TYPE_CHECKING:
@@ -48,33 +48,22 @@ MAX_CONCURRENCY = MAX_SLOTS  # as many as an Engine has slots
 STOP_WAIT_S = 10.0  # after Ctrl-C, how long the clients' requests get to end
 
 
-def concurrency_list(text: str) -> list[int]:
-    """``--concurrency 1,2,4,8``: distinct client counts, each 1..MAX_CONCURRENCY, sorted. An
-    empty item (``1,,2``) is refused rather than skipped: it is most likely a typo."""
-    items = [item.strip() for item in text.split(",")]
-    if not any(items):
-        raise argparse.ArgumentTypeError("give client counts such as 1,2,4,8")
-    values = []
-    for item in items:
-        if not item:
-            raise argparse.ArgumentTypeError(f"{text!r} has an empty item: write e.g. 1,2,4,8")
-        try:
-            value = int(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is not a whole number of clients (e.g. 1,2,4,8)"
-            ) from None
-        if not 1 <= value <= MAX_CONCURRENCY:
-            raise argparse.ArgumentTypeError(
-                f"{value} clients is out of range: each must be between 1 and {MAX_CONCURRENCY}"
-            )
-        if value in values:
-            raise argparse.ArgumentTypeError(f"{value} is given twice")
-        values.append(value)
-    return sorted(values)
+def client_count(item: str) -> int:
+    """One item of ``--concurrency``: a whole number of clients, 1..MAX_CONCURRENCY."""
+    try:
+        value = int(item)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{item!r} is not a whole number of clients (e.g. 1,2,4,8)"
+        ) from None
+    if not 1 <= value <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"{value} clients is out of range: each must be between 1 and {MAX_CONCURRENCY}"
+        )
+    return value
 
 
-concurrency_list.__name__ = "list"  # argparse names the type in its message
+concurrency_list = distinct_list(client_count, "client counts such as 1,2,4,8")
 
 
 # ----- the requests ----------------------------------------------------------------------
@@ -200,19 +189,30 @@ def run_batch(send: Sender, plan: Sequence[Sequence[Request]], stop: threading.E
     t0 = time.perf_counter()
     for thread in threads:
         thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except KeyboardInterrupt:
-        stop.set()
-        deadline = time.monotonic() + STOP_WAIT_S
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        raise
+    join_all(threads, stop)
     wall = time.perf_counter() - t0
     if errors:
         raise errors[0]
     return Timing(sum(s.tokens for s in spans), wall, tuple(spans))
+
+
+def join_all(threads: Sequence[threading.Thread], stop: threading.Event) -> None:
+    """Wait for the requests' threads. Ctrl-C sets ``stop``, gives the requests in flight
+    STOP_WAIT_S to end (their senders see ``stop``), and is raised."""
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        stop_all(threads, stop)
+        raise
+
+
+def stop_all(threads: Sequence[threading.Thread], stop: threading.Event) -> None:
+    """Ctrl-C: set ``stop`` and give the requests in flight STOP_WAIT_S to end."""
+    stop.set()
+    deadline = time.monotonic() + STOP_WAIT_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def run_level(

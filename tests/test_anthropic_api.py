@@ -22,7 +22,7 @@ from localspec.errors import EngineFailure
 from localspec.server.anthropic_routes import MessageReply, MessagesRequest, chat_body
 from localspec.server.app import ServerSettings
 from localspec.server.schemas import ChatRequest
-from tests.test_server import LiveServer, health, post, wait_for
+from tests.test_server import LiveServer, health, post, requests_counted, wait_for
 
 KEY = {"x-api-key": "k1", "anthropic-version": "2023-06-01"}
 ASK = [{"role": "user", "content": "Name three colours."}]
@@ -181,11 +181,7 @@ def test_count_tokens_counts_the_prompt(client: anthropic.Anthropic) -> None:
 
 def counted(base: str, status: int) -> float:
     """How many /v1/messages requests ended with ``status`` (the server's metrics)."""
-    wanted = f'localspec_requests_total{{endpoint="/v1/messages",status="{status}"}} '
-    for line in httpx.get(f"{base}/metrics", headers=KEY).text.splitlines():
-        if line.startswith(wanted):
-            return float(line.removeprefix(wanted))
-    return 0.0
+    return requests_counted(base, "/v1/messages", status, KEY)
 
 
 def test_a_client_that_leaves_stops_its_generation(base: str) -> None:

@@ -114,6 +114,24 @@ def test_a_failure_stops_the_arrivals_and_is_raised() -> None:
     assert stop.is_set() and sent == [0]
 
 
+def test_ctrl_c_between_arrivals_stops_the_requests_in_flight_and_sends_no_more() -> None:
+    sent: list[int] = []
+    stop = threading.Event()
+
+    def send(request: cc.Request) -> int:
+        sent.append(request.prompt)
+        stop.wait(30)  # a request in flight ends once stop is set, as the senders do
+        return 0
+
+    plan = [ar.Arrival(0.0, cc.Request(0, 0)), ar.Arrival(30.0, cc.Request(1, 1))]
+    # a real SIGINT, as Ctrl-C sends it (it wakes the wait for the next arrival)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        ar.run_arrivals(send, plan, stop)
+    assert time.perf_counter() - t0 < 5 and stop.is_set() and sent == [0]
+
+
 def run(config: str, rate: float, latencies: tuple[float, ...], tokens: int = 10) -> ar.RateRun:
     return ar.RateRun(
         config, rate, 0, tokens * len(latencies), 10.0, latencies, (tokens,) * len(latencies)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from localspec.errors import LocalspecError
 from localspec.lossless import compare
 from localspec.server.app import ServerSettings
 from localspec.server.fim_stream import ended_at_suffix
-from tests.test_server import LiveServer, post
+from tests.test_server import LiveServer, health, post, requests_counted, wait_for
 
 # ----- where a middle ends (pure) -----------------------------------------------------------
 
@@ -551,6 +552,34 @@ def test_completion_streams_llama_server_events_without_done(base: str) -> None:
     cut = post(base, "/completion", {**body, "stream": False, "stop": [whole["content"][4:8]]})
     assert cut.json()["stop_type"] == "word"
     assert cut.json()["stopping_word"] == whole["content"][4:8]
+
+
+@pytest.mark.parametrize("path", ["/completion", "/infill"])
+def test_a_client_that_leaves_a_stream_is_counted_and_logged(
+    base: str, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its generation stops, its slot is freed, and it is counted as 499 and logged as the
+    other APIs' are (it was neither: the cancelled stream skipped its end)."""
+    long_middle = {  # a list that takes many lines to fill
+        "input_prefix": "# The 50 US states, one per line\nSTATES = [\n",
+        "input_suffix": "",
+        "prompt": "    ",
+        "n_predict": 400,
+        "temperature": 0,
+        "stream": True,
+    }
+    body = long_middle if path == "/infill" else {
+        "prompt": "Write a long essay about the history of computing.\n",
+        "n_predict": 400, "temperature": 0, "ignore_eos": True, "stream": True,
+    }  # fmt: skip
+    left_before = requests_counted(base, path, 499)
+    with caplog.at_level(logging.INFO, logger="localspec"):
+        with httpx.stream("POST", f"{base}{path}", json=body, timeout=120) as r:
+            assert r.status_code == 200
+            next(line for line in r.iter_lines() if line)  # one event, then leave
+        wait_for(lambda: requests_counted(base, path, 499) == left_before + 1, seconds=10)
+        assert health(base)["slots_busy"] == 0
+    assert any(f"{path} " in m and "client went away" in m for m in caplog.messages)
 
 
 @pytest.mark.parametrize("n_predict", [-1, None])

@@ -18,7 +18,7 @@ import pytest
 
 from localspec import Engine
 from localspec.server.app import ServerSettings
-from tests.test_server import LiveServer, post, wait_for
+from tests.test_server import LiveServer, post, requests_counted, wait_for
 
 AUTH = {"Authorization": "Bearer k1"}
 TYPED_NAME = "smollm2-135m"  # the name the model was served under (``model_names``)
@@ -277,11 +277,7 @@ def health(base: str) -> dict[str, Any]:
 
 
 def counted(base: str, endpoint: str, status: int) -> float:
-    wanted = f'localspec_requests_total{{endpoint="{endpoint}",status="{status}"}} '
-    for line in httpx.get(f"{base}/metrics", headers=AUTH).text.splitlines():
-        if line.startswith(wanted):
-            return float(line.removeprefix(wanted))
-    return 0.0
+    return requests_counted(base, endpoint, status, AUTH)
 
 
 # ----- bad input --------------------------------------------------------------------------------

@@ -339,9 +339,12 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
     wait_for(lambda: requests_counted(base, "/v1/completions", 499) == left_before + 3, seconds=5)
 
 
-def requests_counted(base: str, endpoint: str, status: int) -> float:
+def requests_counted(
+    base: str, endpoint: str, status: int, headers: dict[str, str] | None = None
+) -> float:
+    """How many ``endpoint`` requests ended with ``status`` (the server's metrics)."""
     wanted = f'localspec_requests_total{{endpoint="{endpoint}",status="{status}"}} '
-    for line in httpx.get(f"{base}/metrics").text.splitlines():
+    for line in httpx.get(f"{base}/metrics", headers=headers).text.splitlines():
         if line.startswith(wanted):
             return float(line.removeprefix(wanted))
     return 0.0

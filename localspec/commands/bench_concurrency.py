@@ -9,24 +9,26 @@ import json
 import platform
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from localspec import argtypes as at
 from localspec import bench, native
 from localspec import concurrency as cc
 from localspec import native_server as ns
-from localspec.arrivals import RateRun
+from localspec.arrivals import RatePoint, RateRun
 from localspec.commands.bench_output import (
     check_outputs,
+    markdown_table,
     nothing_measured,
     parse_list,
+    print_table,
     write_text,
 )
 from localspec.commands.flags import engine_options
@@ -319,12 +321,7 @@ def report(
     measured: Measured[cc.BatchRun],
     points: Sequence[cc.Point],
 ) -> None:
-    table = Table(title=header)
-    for col in COLUMNS:
-        table.add_column(col)
-    for row in rows(points):
-        table.add_row(*row)
-    console.print(table)
+    print_table(console, header, COLUMNS, rows(points))
     lines = cc.meaning(points)
     lines.append(
         "in flight: tok/s while every client still had work (before the batch's drain, "
@@ -368,7 +365,7 @@ def report(
         }
         write_text(args.json, json.dumps(data, indent=2))
     if args.markdown:
-        write_text(args.markdown, markdown(header, points) + "".join(f"- {x}\n" for x in lines))
+        write_text(args.markdown, markdown_table(header, COLUMNS, rows(points), lines))
     if args.plot and points:
         plot(points, args.plot, header)
 
@@ -402,48 +399,57 @@ def common_json(args: argparse.Namespace, measured: Measured[R]) -> dict[str, ob
     }
 
 
-def markdown(header: str, points: Sequence[cc.Point]) -> str:
-    lines = [f"**{header}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(points)]
-    return "\n".join(lines) + "\n\n"
-
-
 def plot(points: Sequence[cc.Point], path: str, title: str) -> None:
     """Aggregate tok/s against the number of clients, one line per configuration (native
     dashed), the crossover marked."""
+    with config_plot(path, title, "concurrent clients", "aggregate tok/s (median)") as ax:
+        config_lines(ax, points, lambda p: p.concurrency, lambda p: p.tokens_per_s)
+        n = cc.crossover(points)
+        if n is not None:
+            ax.axvline(n, color="grey", linestyle=":", linewidth=1)
+            ax.annotate(
+                f"crossover: plain > fixed at {n}",
+                (n, cc.speeds(points, cc.PLAIN)[n]),
+                textcoords="offset points",
+                xytext=(6, -14),
+                fontsize=8,
+            )
+        levels = sorted({p.concurrency for p in points})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(n) for n in levels])
+
+
+P = TypeVar("P", cc.Point, RatePoint)
+
+
+def config_lines(
+    ax: Any, points: Sequence[P], x: Callable[[P], float], y: Callable[[P], float]
+) -> None:
+    """One line per configuration, in the report's order, llama-server's dashed."""
+    for config in sorted({p.config for p in points}, key=order):
+        mine = sorted((p for p in points if p.config == config), key=x)
+        style = "--" if config.startswith(cc.NATIVE_PREFIX) else "-"
+        ax.plot([x(p) for p in mine], [y(p) for p in mine], style, marker="o", label=config)
+
+
+@contextmanager
+def config_plot(path: str, title: str, x_label: str, y_label: str) -> Iterator[Any]:
+    """A figure's axes to draw on; with its labels, title and legend, written whole to
+    ``path`` on the way out (a full disk leaves no half image)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for config in sorted({p.config for p in points}, key=order):
-        mine = sorted((p for p in points if p.config == config), key=lambda p: p.concurrency)
-        ax.plot(
-            [p.concurrency for p in mine],
-            [p.tokens_per_s for p in mine],
-            "--" if config.startswith(cc.NATIVE_PREFIX) else "-",
-            marker="o",
-            label=config,
-        )
-    n = cc.crossover(points)
-    if n is not None:
-        ax.axvline(n, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(
-            f"crossover: plain > fixed at {n}",
-            (n, cc.speeds(points, cc.PLAIN)[n]),
-            textcoords="offset points",
-            xytext=(6, -14),
-            fontsize=8,
-        )
-    levels = sorted({p.concurrency for p in points})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(n) for n in levels])
-    ax.set_xlabel("concurrent clients")
-    ax.set_ylabel("aggregate tok/s (median)")
-    ax.set_title(title, wrap=True, fontsize=8)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(Path(path)) as tmp:  # a full disk leaves no half image
-        fig.savefig(tmp, dpi=110, format=bench.plot_format(path))
-    plt.close(fig)
+    try:
+        yield ax
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        ax.set_title(title, wrap=True, fontsize=8)
+        ax.legend()
+        fig.tight_layout()
+        with atomic_path(Path(path)) as tmp:
+            fig.savefig(tmp, dpi=110, format=bench.plot_format(path))
+    finally:
+        plt.close(fig)

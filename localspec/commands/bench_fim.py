@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from rich.table import Table
-
 from localspec import native_server as ns
-from localspec.commands.bench_output import parse_list, write_text
+from localspec.commands.bench_output import parse_list, print_table, write_text
 from localspec.commands.flags import engine_options
 from localspec.engine.fim import ExtraFile, FimPrompt, MiddleEnd
 from localspec.errors import LocalspecError
@@ -401,13 +399,8 @@ def report(args, header: str, cases, results, typing: Keystrokes) -> None:  # ty
                 vs_native(case.name, versus, alone, ended_sooner(got)),
             ]
         )
-    table = Table(title=header)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
     console = report_console()
-    console.print(table)
+    print_table(console, header, columns, rows)
     lines = summary(cases, results, versus, alone)
     lines.append(f"keystrokes: first token {typing.describe()}")
     for line in lines:

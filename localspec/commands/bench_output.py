@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
 from localspec import bench, native
 from localspec.errors import LocalspecError
@@ -77,3 +79,25 @@ def check_outputs(args: argparse.Namespace) -> None:
             )
     if args.native is not None:
         native.check_tool(Path(args.native))
+
+
+def markdown_table(
+    header: str, columns: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str] = ()
+) -> str:
+    """A bench's table for ``--markdown``: its header in bold, the table, then ``notes`` (what
+    the figures say) as a list."""
+    lines = [f"**{header}**", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n\n" + "".join(f"- {note}\n" for note in notes)
+
+
+def print_table(
+    console: Console, header: str, columns: Sequence[str], rows: Sequence[Sequence[str]]
+) -> None:
+    """A bench's table on the console, titled by its header."""
+    table = Table(title=header)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)

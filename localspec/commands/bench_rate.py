@@ -8,27 +8,30 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from localspec import arrivals as ar
-from localspec import bench
 from localspec import concurrency as cc
 from localspec import native_server as ns
 from localspec.commands.bench_concurrency import (
     Load,
     Measured,
     common_json,
+    config_lines,
+    config_plot,
     measure_levels,
     measure_native,
     order,
     print_footer,
     title,
 )
-from localspec.commands.bench_output import nothing_measured, write_text
-from localspec.fileops import atomic_path
+from localspec.commands.bench_output import (
+    markdown_table,
+    nothing_measured,
+    print_table,
+    write_text,
+)
 from localspec.progress import report_console
 
 DEFAULT_SLOTS = 4  # as `localspec serve`
@@ -97,12 +100,7 @@ def report(
     points: Sequence[ar.RatePoint],
     slots: int,
 ) -> None:
-    table = Table(title=header)
-    for col in COLUMNS:
-        table.add_column(col)
-    for row in rows(points):
-        table.add_row(*row)
-    console.print(table)
+    print_table(console, header, COLUMNS, rows(points))
     lines = ar.rate_meaning(points)
     lines.append(
         "latency: from a request's arrival to its last token, queueing included; vs plain: "
@@ -134,40 +132,14 @@ def report(
         }
         write_text(args.json, json.dumps(data, indent=2))
     if args.markdown:
-        write_text(args.markdown, markdown(header, points) + "".join(f"- {x}\n" for x in lines))
+        write_text(args.markdown, markdown_table(header, COLUMNS, rows(points), lines))
     if args.plot and points:
         plot(points, args.plot, header)
-
-
-def markdown(header: str, points: Sequence[ar.RatePoint]) -> str:
-    lines = [f"**{header}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(points)]
-    return "\n".join(lines) + "\n\n"
 
 
 def plot(points: Sequence[ar.RatePoint], path: str, title: str) -> None:
     """Mean request latency against the request rate, one line per configuration (native
     dashed): where speculation shortens answers, and where it starts to cost."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for config in sorted({p.config for p in points}, key=order):
-        mine = sorted((p for p in points if p.config == config), key=lambda p: p.rate)
-        ax.plot(
-            [p.rate for p in mine],
-            [p.mean_s for p in mine],
-            "--" if config.startswith(cc.NATIVE_PREFIX) else "-",
-            marker="o",
-            label=config,
-        )
-    ax.set_xlabel("requests per second (random arrivals)")
-    ax.set_ylabel("mean request latency (s)")
-    ax.set_title(title, wrap=True, fontsize=8)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(Path(path)) as tmp:  # a full disk leaves no half image
-        fig.savefig(tmp, dpi=110, format=bench.plot_format(path))
-    plt.close(fig)
+    x_label = "requests per second (random arrivals)"
+    with config_plot(path, title, x_label, "mean request latency (s)") as ax:
+        config_lines(ax, points, lambda p: p.rate, lambda p: p.mean_s)

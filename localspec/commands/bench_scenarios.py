@@ -7,10 +7,15 @@ import argparse
 import json
 
 from rich.console import Console
-from rich.table import Table
 
 from localspec import scenarios as sc
-from localspec.commands.bench_output import check_outputs, nothing_measured, write_text
+from localspec.commands.bench_output import (
+    check_outputs,
+    markdown_table,
+    nothing_measured,
+    print_table,
+    write_text,
+)
 from localspec.commands.flags import engine_options
 from localspec.errors import LocalspecError
 from localspec.hardware import machine_load
@@ -80,7 +85,7 @@ def run_scenarios(args: argparse.Namespace, modes: list[str]) -> int:
         }
         write_text(args.json, json.dumps(data, indent=2))
     if args.markdown:
-        write_text(args.markdown, markdown(header, cells) + "".join(f"- {x}\n" for x in lines))
+        write_text(args.markdown, markdown_table(header, COLUMNS, rows(cells), lines))
     return 130 if interrupted else 0
 
 
@@ -112,15 +117,4 @@ def rows(cells: list[sc.RequestCell]) -> list[tuple[str, ...]]:
 
 
 def report(console: Console, header: str, cells: list[sc.RequestCell]) -> None:
-    table = Table(title=header)
-    for col in COLUMNS:
-        table.add_column(col)
-    for row in rows(cells):
-        table.add_row(*row)
-    console.print(table)
-
-
-def markdown(header: str, cells: list[sc.RequestCell]) -> str:
-    lines = [f"**{header}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(cells)]
-    return "\n".join(lines) + "\n\n"
+    print_table(console, header, COLUMNS, rows(cells))

@@ -40,6 +40,7 @@ from localspec.errors import LocalspecError
 from localspec.server.host import RouteHost
 from localspec.server.reply import (
     ShuttingDown,
+    client_gone,
     generation_failed,
     stop_when_gone,
     tokens_text,
@@ -384,17 +385,15 @@ class LlamaReply:
         if last is None or not (last.finish_reason or self.cut):
             if self.server.stopping:
                 return self.failed(ShuttingDown()).response()
-            self.server.ended(self.endpoint, 499)
+            client_gone(self.server, self.endpoint, self.mode)
             return Response(status_code=499)
         reason = self.finish(last.stats, last.finish_reason or "stop")
         return JSONResponse(self.final("".join(parts), last.stats, reason))
 
     async def sse(self, events: GenerationStream) -> AsyncIterator[str]:
-        last: RoundEvent | None = None
-        done = False
+        done = failed = False
         try:
             async for event in events:
-                last = event
                 text = self.text_of(event)
                 done = event.finish_reason is not None or self.cut
                 if done:
@@ -406,13 +405,13 @@ class LlamaReply:
                     yield data(self.partial(text, event.stats))
             if not done and self.server.stopping:
                 raise ShuttingDown
-            if not done:
-                self.server.ended(self.endpoint, 499)
         except LocalspecError as exc:
+            failed = True
             yield data(self.failed(exc).body())
         finally:
             await events.aclose()
-        del last
+            if not (done or failed):  # the client closed the stream (the stream is cancelled)
+                client_gone(self.server, self.endpoint, self.mode)
 
     def partial(self, text: str, stats: Stats) -> dict[str, Any]:
         return self.selected(
