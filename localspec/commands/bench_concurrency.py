@@ -52,9 +52,12 @@ def run_concurrency(args: argparse.Namespace) -> int:
     per_client = args.requests or REQUESTS_PER_CLIENT
 
     def here(load: Load, configs: Sequence[cc.Config], level: int) -> Iterator[cc.BatchRun]:
-        return measure(load, configs, level, load.stop)
+        n_prompts = len(load.prompts)
+        return cc.run_level(configs, level, load.requests, n_prompts, load.repeats, load.stop)
 
-    def there(load: Load, server: ns.ServerSettings, texts: Sequence[str], level: int):  # type: ignore[no-untyped-def]
+    def there(
+        load: Load, server: ns.ServerSettings, texts: Sequence[str], level: int
+    ) -> Iterator[cc.BatchRun]:
         return measure_native(load, server, texts, level, level, here)
 
     measured = measure_levels(args, levels, max(levels), per_client, here, there, batch_line)
@@ -194,13 +197,6 @@ class Load:
     temperature: float
     mode: str
     stop: threading.Event
-
-
-def measure(
-    load: Load, configs: Sequence[cc.Config], level: int, stop: threading.Event
-) -> Iterator[cc.BatchRun]:
-    """localspec's configurations at one concurrency, interleaved."""
-    return cc.run_level(configs, level, load.requests, len(load.prompts), load.repeats, stop)
 
 
 def measure_native(
