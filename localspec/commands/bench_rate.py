@@ -32,9 +32,10 @@ from localspec.commands.bench_output import (
     print_table,
     write_text,
 )
+from localspec.commands.serve import DEFAULT_PARALLEL
 from localspec.progress import report_console
 
-DEFAULT_SLOTS = 4  # as `localspec serve`
+DEFAULT_SLOTS = DEFAULT_PARALLEL  # the slots `localspec serve` answers with
 REQUESTS_PER_RATE = 16
 
 
