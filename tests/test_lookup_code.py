@@ -17,18 +17,21 @@ PIECES = [
 
 
 class ToyVocab:
-    """Greedy longest-match tokenizer over PIECES (what the drafter needs of a model)."""
+    """Greedy longest-match tokenizer over ``pieces`` (what the drafter needs of a model)."""
+
+    def __init__(self, pieces: list[str] = PIECES) -> None:
+        self.pieces = pieces
 
     def piece(self, token: int) -> bytes:
-        return PIECES[token].encode()
+        return self.pieces[token].encode()
 
     def tokenize(
         self, text: str, add_special: bool = False, parse_special: bool = False
     ) -> list[int]:
         tokens = []
         while text:
-            best = max((p for p in PIECES if text.startswith(p)), key=len)
-            tokens.append(PIECES.index(best))
+            best = max((p for p in self.pieces if text.startswith(p)), key=len)
+            tokens.append(self.pieces.index(best))
             text = text[len(best) :]
         return tokens
 
@@ -127,3 +130,19 @@ def test_a_middle_s_first_draft_is_a_weak_match_however_long_its_key() -> None:
     assert first.tokens == [40, 41, 42, 43, 2, *block_end[:3]] and first.match < STRONG_KEY
     assert drafter.propose([*prompt, 40], 8).match < STRONG_KEY
     assert drafter.propose([*prompt, 40, 41], 8).match == STRONG_KEY
+
+
+def test_a_number_written_for_another_is_aligned_where_it_ends_and_not_learnt() -> None:
+    """A table's row copied with another value (``750`` for ``400``): after the new number's
+    ``0`` the source's next digits are the old value's rest, so no copy resumes there; the
+    ``},`` after it resumes the copy at the next row, which keeps its own ``400``: numbers
+    are values, not names to rename."""
+    vocab = ToyVocab(['{"', "a", "b", '", ', ", ", "},\n", *"0123456789"])
+    rows = vocab.tokenize('{"a", 1, 400},\n{"b", 400, 6},\n')
+    prompt = [*rows, *vocab.tokenize('{"a", 1, ')]
+    drafter = NgramDrafter(NgramParams(size_n=12, size_m=16, min_n=3), vocab=vocab)
+    assert drafter.propose(prompt, 4).tokens == vocab.tokenize("400},\n")
+    written = [*prompt, *vocab.tokenize("750")]
+    assert drafter.propose(written, 8).tokens == []
+    resumed = drafter.propose([*written, *vocab.tokenize("},\n")], 16)
+    assert resumed.tokens == vocab.tokenize('{"b", 400, 6') and resumed.match == 1  # 8 at most

@@ -59,14 +59,20 @@ spelling the tokenizer gives it (``renames.py``): ``user`` to ``invoice`` rewrit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from localspec.drafters.field_lines import MAX_BACK, FieldOrder, next_lines
 from localspec.drafters.fim_layout import first_suffix_line, middle_after_prefix, until_line
-from localspec.drafters.renames import RENAME_TOKENS, WordRenames, WordVocab, renamed_before_key
+from localspec.drafters.renames import (
+    RENAME_TOKENS,
+    WordRenames,
+    WordVocab,
+    numeral,
+    renamed_before_key,
+)
 from localspec.engine.drafting import Draft
 
 # A match found with a shorter key than size_n is weaker evidence (a 4-token key recurs by
@@ -160,6 +166,7 @@ class NgramDrafter:
         self._copy: CopyPlace | None = None  # the last draft's place (re-alignment)
         self._renames: dict[int, dict[tuple[int, ...], tuple[int, ...]]] = {}  # by first token
         self._forgotten: set[tuple[tuple[int, ...], tuple[int, ...] | None]] = set()
+        self._digits: dict[int, bool] = {}
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._sync(prompt)
@@ -237,7 +244,7 @@ class NgramDrafter:
             if parted and agreed:  # past it, the draft is one place's word against another's
                 want = min(want, agreed)
             return self._copied(history, start + n, want, n)
-        found = None if exact else realigned(history, self._copy)
+        found = None if exact else realigned(history, self._copy, self._is_digit)
         if found is None:
             return Draft()
         self._learn_rename(found.old, found.new)
@@ -288,6 +295,8 @@ class NgramDrafter:
     def _learn_rename(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
         if (old, new) in self._forgotten:  # the output has since written the old name
             return
+        if self._vocab is not None and numeral(self._text(old)) and numeral(self._text(new)):
+            return  # a value, not a name: the sibling's other numbers differ otherwise
         if old and new and old != new and max(len(old), len(new)) <= RENAME_TOKENS:
             self._renames.setdefault(old[0], {})[old] = new
             if self._words is not None:
@@ -307,6 +316,15 @@ class NgramDrafter:
                 self._forgotten.add((old, new))
                 if self._words is not None and len(old) == 1:
                     self._words.forget(old[0])
+
+    def _is_digit(self, token: int) -> bool:
+        """Whether ``token`` is digits (a number's whole or part); False without a vocab."""
+        if self._vocab is None:
+            return False
+        digit = self._digits.get(token)
+        if digit is None:
+            digit = self._digits[token] = self._vocab.piece(token).strip().isdigit()
+        return digit
 
     def _key_lengths(self) -> range:
         low = max(1, min(self.params.min_n, self.params.size_n))
@@ -350,11 +368,20 @@ class NgramDrafter:
             self._words.clear()
 
 
-def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None:
+def realigned(
+    history: np.ndarray,
+    copy: CopyPlace | None,
+    is_digit: Callable[[int], bool] = lambda token: False,
+) -> Realignment | None:
     """Where the copy ``copy`` was taken from resumes, given the output since it was made
     (the end of ``history``): past the tokens the output followed, at the first of the next
     REALIGN_WINDOW source tokens that holds the output's last token; None if the output
-    left the copy more than REALIGN_AFTER tokens ago, or nothing there matches."""
+    left the copy more than REALIGN_AFTER tokens ago, or nothing there matches.
+
+    Not on a digit (``is_digit``) of the output's own: where it writes another number than
+    the source (``750`` for ``400``), a digit it shares with the old one is as often the
+    new number's middle as its end, and the source's digits after it are the old value's
+    rest; the token after the number aligns the copy without doubt."""
     if copy is None or history.size <= copy.made_at:
         return None
     followed = copy.followed(history)
@@ -362,7 +389,7 @@ def realigned(history: np.ndarray, copy: CopyPlace | None) -> Realignment | None
     own = history.size - copy.made_at - followed  # the output's tokens since it left the copy
     if own == 0:
         return Realignment(departure) if departure < copy.made_at else None
-    if own > REALIGN_AFTER:
+    if own > REALIGN_AFTER or is_digit(int(history[-1])):
         return None
     window = history[departure : min(departure + REALIGN_WINDOW, copy.made_at - 1)]
     hits = np.flatnonzero(window == history[-1])

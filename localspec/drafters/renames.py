@@ -25,6 +25,7 @@ RENAME_SPANS = sorted(
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PARTS = re.compile(r"\w+|\W")
 NOT_AFTER = r"(?<![A-Za-z0-9])"  # a word starts a token's text or follows a non-letter
+NUMERAL = re.compile(r"[\s_.]*\d[\d\s_.]*")
 
 
 class WordVocab(Protocol):
@@ -101,6 +102,11 @@ def renamed_word(old: str, new: str) -> tuple[str, str] | None:
     if not (IDENTIFIER.fullmatch(a[0]) and IDENTIFIER.fullmatch(b[0])):
         return None
     return a[0], b[0]
+
+
+def numeral(text: str) -> bool:
+    """Whether ``text`` is (part of) a number: digits, with spaces, points or separators."""
+    return NUMERAL.fullmatch(text) is not None
 
 
 def case_forms(old: str, new: str) -> list[tuple[str, str]]:
