@@ -14,7 +14,7 @@ from localspec import api_checks as checks
 from localspec.argtypes import MAX_SLOTS
 from localspec.drafters.ngram import NgramParams
 from localspec.drafters.suffix import SuffixDrafter
-from localspec.engine.loop import SpecConfig
+from localspec.engine.loop import SpecConfig, default_n_max
 from localspec.engine.model_context import (
     FLASH_ATTN_CHOICES,
     ContextOptions,
@@ -89,9 +89,13 @@ def load_models(
     mode = resolve_mode(mode, draft is not None)
     checks.memory_cap(spec_memory_mb)
     spec_memory_path = checks.memory_path(spec_memory_path, spec_memory_mb)
-    spec = checks.spec(spec) if spec is not None else SpecConfig()
     ngram = checks.ngram(ngram) if ngram is not None else NgramParams()
     validate_ngram(ngram)
+    if spec is not None:
+        spec = checks.spec(spec)
+    else:  # as the command line's flags default (``auto`` without a probe: ngram-simple)
+        drafting = mode if mode != "auto" else "ngram-simple"
+        spec = SpecConfig(n_max=default_n_max(drafting, ngram.size_m))
     if flash_attn not in FLASH_ATTN_CHOICES:
         raise LocalspecError(
             f"flash_attn={flash_attn!r} is not a flash-attention setting",

@@ -14,6 +14,7 @@ import pytest
 from localspec.api import Engine
 from localspec.cli import build_parser
 from localspec.commands.flags import engine_options
+from localspec.engine.loop import SpecConfig
 from localspec.memory_bank import default_memory_file
 from localspec.server.app import ServerSettings
 from tests.test_cli import error_of, run_cli
@@ -24,6 +25,16 @@ PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a
 
 def options(*argv: str) -> dict:  # type: ignore[type-arg]
     return engine_options(build_parser().parse_args(list(argv)))
+
+
+def test_the_python_api_drafts_as_long_as_the_command_line(smollm_path: Path) -> None:
+    """Without ``spec``, ``Engine.load`` sizes drafts as the flags do: a lookup's up to its
+    size-m, the rest 16; a ``SpecConfig`` given is kept."""
+    for mode, n_max in (("ngram-simple", 48), ("suffix+ngram-simple", 48), ("none", 16)):
+        with Engine.load(smollm_path, mode=mode, n_ctx=256) as engine:
+            assert engine.spec.n_max == n_max == options("run", "--mode", mode)["spec"].n_max
+    with Engine.load(smollm_path, mode="ngram-simple", n_ctx=256, spec=SpecConfig(8)) as engine:
+        assert engine.spec.n_max == 8
 
 
 def test_serve_and_chat_remember_by_default_and_run_does_not() -> None:

@@ -10,11 +10,10 @@ from localspec import argtypes as at
 from localspec.api import Engine
 from localspec.catalog import Catalog
 from localspec.drafters.ngram import NgramParams
-from localspec.engine.loop import SpecConfig
+from localspec.engine.loop import SpecConfig, default_n_max
 from localspec.engine.model_context import FLASH_ATTN_CHOICES
 from localspec.errors import LocalspecError
 from localspec.memory_bank import DEFAULT_MEMORY_MB
-from localspec.modes import LOOKUP_MODES
 
 
 def add_model_flags(p: argparse.ArgumentParser, draft: bool = True, mode: bool = True) -> None:
@@ -328,8 +327,7 @@ def spec_for(args: argparse.Namespace, mode: str) -> SpecConfig:
     that starts with a lookup drafts up to the n-gram size-m (48), a neural one 16."""
     n_max = args.spec_draft_n_max
     if n_max is None:
-        lookup_first = mode.startswith(LOOKUP_MODES)
-        n_max = args.spec_ngram_simple_size_m if lookup_first else 16
+        n_max = default_n_max(mode, args.spec_ngram_simple_size_m)
     return SpecConfig(
         n_max=n_max,
         n_min=args.spec_draft_n_min,

@@ -46,7 +46,11 @@ A re-alignment also says what was renamed: the source tokens the output skipped 
 wrote in their place (``customers`` where it now writes ``orders``). The sibling uses the new
 name again further on, where every copy would break anew; so, for the rest of the answer,
 drafts copied from the history write the new name where the source has the old one. A rename
-the output then does not follow (it wrote the old name after all) is forgotten.
+the output then does not follow (it wrote the old name after all) is forgotten. Numbers are
+values, not names: a table's row copied with another value (``750`` for ``400``) is picked
+back up after the number, not on one of its digits (the source's digits after a shared ``0``
+are the old value's rest), and one number written for another is not learnt as a rename
+(the next row's ``400`` stays ``400``).
 
 A key's line can say what was renamed before any copy breaks: a function declared below
 its sibling under another name (``handleGetUser(w http...`` above, ``handleGetInvoice(w

@@ -46,11 +46,21 @@ from localspec.modes import LOOKUP_MODES
 TokenLogprob = tuple[float, tuple[tuple[int, float], ...]]
 
 
+NEURAL_N_MAX = 16  # llama.cpp's --spec-draft-n-max default
+
+
+def default_n_max(mode: str, lookup_size_m: int) -> int:
+    """The most tokens a round drafts unless told: a mode that starts with a lookup drafts up
+    to the lookup's ``size_m`` (a copy costs nothing to draft, and the controller verifies
+    only what pays), a neural one llama.cpp's 16."""
+    return lookup_size_m if mode.startswith(LOOKUP_MODES) else NEURAL_N_MAX
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     """Speculation settings shared by every drafter (llama.cpp's --spec-draft-* flags)."""
 
-    n_max: int = 16
+    n_max: int = NEURAL_N_MAX
     n_min: int = 0
     p_min: float = 0.0
     adaptive: bool = True
