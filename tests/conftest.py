@@ -4,6 +4,7 @@ here, since the hub is unreachable), loaded once per session."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +78,18 @@ def qwen_cpu_pair(qwen_f16_path: Path, qwen_q4_0_path: Path) -> Iterator[Engine]
     """The F16 target with the pure-Q4_0 draft that llama.cpp runs with repacked kernels."""
     with Engine.load(qwen_f16_path, draft=qwen_q4_0_path) as engine:
         yield engine
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt during the test, as in a terminal, for a test that
+    sends one to its own process: a suite started in the background by a non-interactive
+    shell inherits SIGINT ignored, and the signal would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 SMOLLM_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"

@@ -299,6 +299,7 @@ def test_the_server_command_matches_the_engine() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_a_short_concurrency_bench_on_the_real_model(capsys, tmp_path: Path, qwen_path) -> None:  # type: ignore[no-untyped-def]
     out, md, svg = tmp_path / "c.json", tmp_path / "c.md", tmp_path / "c.svg"
     # a bench that hangs (a dead scheduler thread leaves its clients waiting) fails, not

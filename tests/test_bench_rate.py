@@ -114,6 +114,7 @@ def test_a_failure_stops_the_arrivals_and_is_raised() -> None:
     assert stop.is_set() and sent == [0]
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_between_arrivals_stops_the_requests_in_flight_and_sends_no_more() -> None:
     sent: list[int] = []
     stop = threading.Event()
@@ -188,6 +189,7 @@ def test_llama_server_gets_the_same_arrivals_with_as_many_slots(tmp_path: Path) 
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_a_short_rate_bench_on_the_real_model(capsys, tmp_path: Path, qwen_path) -> None:  # type: ignore[no-untyped-def]
     out, md, png = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.png"
     watchdog = threading.Timer(180, os.kill, (os.getpid(), signal.SIGINT))  # fail, not hang
