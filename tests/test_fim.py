@@ -115,6 +115,35 @@ def test_a_middle_that_closes_the_block_the_suffix_closes_ends_before_it() -> No
     assert fed(MiddleEnd.of(at_cursor), "return a + b\n\nprint(add(5, 3))\n", [3]) == "return a + b"
 
 
+def test_a_middle_without_the_body_of_the_block_above_the_cursor_is_empty() -> None:
+    """The cursor at column 0 under ``def add(a, b):``: a middle whose first code line is
+    not indented under it (a call like the suffix's: the 0.5B's greedy answer) would not
+    run, and nothing of it is sent, however it comes, nor of a sibling method written in
+    place of the body; a body (one level short too: an editor re-indents it), a comment
+    first, a deeper line after blank ones, and a cursor under no block opener are kept."""
+    no_body = FimPrompt("def add(a, b):\n", "\nprint(add(1, 2))\n")
+    for written in ("print(add(3, 4))\n```\n", "\nprint(add(3, 4))\nprint(add(5, 6))\n"):
+        for sizes in ([], [1], [3], [len(written)]):
+            end = MiddleEnd.of(no_body)
+            assert fed(end, written, sizes) == "" and end.ended, (written, sizes)
+    end = MiddleEnd.of(FimPrompt("class A:\n    def f(self):  # why\n", "\n    def g(self):\n"))
+    assert fed(end, "    # the body next\n    pass\n", [2]) == ""  # at the suffix's level
+    skipped = '    def __str__(self):\n        return "Ledger"\n'  # refunded's body skipped
+    assert fed(MiddleEnd.of(FimPrompt(SIBLING, "\n")), skipped, []) == ""
+    short = "    if not self.items:\n        return None\n    return self.items.pop()\n"
+    stack = FimPrompt("class Stack:\n    def pop(self):\n", "\n\ndef make_stack():\n")
+    assert fed(MiddleEnd.of(stack), short, [3]) == short  # the body, one level short
+    for prefix, written in (
+        ("def add(a, b):\n", "    return a + b\n"),
+        ("def add(a, b):\n", "# note\n    return a + b\n"),
+        ("if ready:\n", "\n    go()\n"),
+        ("x = 1\n", "y = 2\n"),
+    ):
+        assert fed(MiddleEnd.of(FimPrompt(prefix, "\nprint(add(1, 2))\n")), written, [2]) == (
+            written
+        ), prefix
+
+
 def test_a_middle_keeps_its_own_closing_lines_and_text_at_the_suffix_s_level() -> None:
     """What closes the middle's own brackets, a file's end written by the middle itself,
     text at another level than the suffix's, and a string's lines are no block's end."""
@@ -135,8 +164,8 @@ def test_a_middle_that_goes_below_the_block_the_suffix_is_in_ends_before_it() ->
     and a string's text are kept."""
     method = '    def __str__(self):\n        return "Ledger"\n\n'
     usage = "# Example usage:\nledger = Ledger()\nprint(ledger)\n"
-    sibling = FimPrompt(SIBLING, "\n    def balance(self):\n        return 0\n")
-    assert fed(MiddleEnd.of(sibling), method + usage, [3]) == method
+    after_body = FimPrompt(SIBLING + "        return 2\n\n", "\n    def balance(self):\n")
+    assert fed(MiddleEnd.of(after_body), method + usage, [3]) == method
     closed = "    a += 1;\n  }\n"  # the suffix returns from the function the middle closed
     nested = FimPrompt("function f(a) {\n  if (a) {\n", "  return a;\n}\n")
     assert fed(MiddleEnd.of(nested), closed + "}\n\nf(2);\n", [2]) == closed
@@ -672,18 +701,23 @@ INITIALS += '    plain = unicodedata.normalize("NFKD", name).encode("ascii", "ig
 INITIALS += '    return "".join(word[0].upper() for word in plain.split())\n'
 
 
-def test_a_middle_that_loops_ends_after_the_line_s_first_copy(base: str) -> None:
-    """The 0.5B instruct model writes one assert over and over to its token limit here."""
+def test_a_middle_that_skips_the_body_at_the_cursor_is_empty(base: str) -> None:
+    """The cursor at column 0 under a test's ``def`` line: the 0.5B instruct model skips the
+    body and writes a test of its own (then one assert over and over). Inserted, it would
+    leave the test at the cursor without a body: every route sends nothing, soon."""
     extra = [{"filename": "names.py", "text": INITIALS}]
     body = {"input_prefix": INITIALS_PREFIX, "input_suffix": INITIALS_SUFFIX, "input_extra": extra}
     body |= {"n_predict": 96, "temperature": 0}
     infill = post(base, "/infill", body).json()
     with httpx.stream("POST", f"{base}/infill", json={**body, "stream": True}, timeout=120) as r:
         events = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
-    assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 80, infill  # of 96
-    for content in (infill["content"], "".join(event["content"] for event in events)):
-        lines = [line for line in content.split("\n") if line.strip()]
-        assert len(lines) == len(set(lines)) >= 2, content
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+    suffixed = client.completions.create(
+        model="m", prompt=INITIALS_PREFIX, suffix=INITIALS_SUFFIX, max_tokens=96, temperature=0
+    )
+    assert infill["stop_type"] == "limit" and infill["tokens_predicted"] < 48, infill  # of 96
+    assert infill["content"] == "".join(event["content"] for event in events) == "", events
+    assert suffixed.choices[0].text == "" and suffixed.choices[0].finish_reason == "stop"
 
 
 def test_a_prefix_that_ends_inside_the_cursor_s_line_is_typed_text(base: str) -> None:
@@ -771,7 +805,8 @@ def test_the_fim_bench_counts_the_middle_not_what_a_round_ran_past(engine: Engin
 
     from localspec.commands import bench_fim as fim
 
-    prompt = FimPrompt(INITIALS_PREFIX, INITIALS_SUFFIX, (ExtraFile(INITIALS, "names.py"),))
+    extra = (ExtraFile(INITIALS, "names.py"),)
+    prompt = FimPrompt(INITIALS_PREFIX, INITIALS_SUFFIX, extra, typed="    ")
     case = fim.FimCase("loop", "copying", "python", prompt)
     got = fim.time_case(engine, {}, case, "ngram-simple", Namespace(n_predict=96, repeat=1))
     assert set(got) == {fim.PLAIN, fim.SPEC}
@@ -841,7 +876,9 @@ def test_a_short_fim_bench_reports_every_case(qwen_path: Path, tmp_path: Path) -
     assert len(data["keystrokes"]["first_token_s"]) >= 4
     for case in data["cases"].values():
         assert len(case["plain"]["seconds"]) == len(case["speculative"]["seconds"]) == 1
-        assert 1 <= case["plain"]["tokens"][0] <= 4 and 1 <= case["speculative"]["tokens"][0] <= 4
+        # a middle may be empty (the 0.5B skips test-from-helper's body: nothing to insert)
+        assert case["plain"]["tokens"][0] == case["speculative"]["tokens"][0] <= 4
+    assert sum(case["plain"]["tokens"][0] >= 1 for case in data["cases"].values()) > n_cases / 2
 
 
 def test_answers_that_parted_at_a_near_tie_are_compared_per_token() -> None:

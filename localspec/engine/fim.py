@@ -56,6 +56,11 @@ CONTINUES = re.compile(
     r"(?:\}\s*)?(?:else|elif|except|finally|catch|case|default)\b|[A-Za-z_]\w*:\s*$"
     r"|#\s*(?:if|ifdef|ifndef|elif|else|endif|define|undef|include|pragma)\b"
 )
+# a Python line that opens a block (``def f(a):``, ``if x:  # why``): the next code line must
+# be indented under it
+OPENS_PYTHON_BLOCK = re.compile(
+    r"(?:async\s+)?(?:def|class|if|elif|else|for|while|try|except|finally|with)\b.*:\s*(?:#.*)?"
+)
 # what opens or closes a string of several lines (Python, JavaScript's template literals)
 LONG_STRING = re.compile(r'"""|\'\'\'|`')
 # a line of the suffix shorter than this (``}``, ``end``, ``)``) is too common to say that
@@ -213,13 +218,20 @@ class MiddleEnd:
       block the middle began with, opened again at its level once it has closed: the
       header line written again (``it("keeps commas", () => {`` after the test's ``});``)
       ends the middle before it, without waiting for the second copy;
+    - no body: with the cursor at a line's start under a Python line that opens a block
+      (``def add(a, b):``), a middle whose first code line is not indented under it and
+      is at the suffix's level (a call like the suffix's, at column 0), or opens a
+      definition (a sibling method), has skipped the block's body: it ends before that
+      line, with nothing (what it holds would not run). A body written one level short is
+      kept (its text is the body; an editor re-indents it);
     - once the model has ended: lines it ended on that the suffix starts with (a closing
       ``};`` the suffix already has), or that the suffix ends with (the file's last lines,
       written again after skipping what came before them), are dropped, with the blank lines
       before them (``repeated_end``).
 
     ``feed`` takes the text as it comes and returns what may be sent now: text that a rule
-    might still cut is held back until it is decided. The first line is never cut."""
+    might still cut is held back until it is decided. The first line is never cut but by
+    the no-body rule."""
 
     suffix: str = ""
     n_indent: int = 0
@@ -236,6 +248,7 @@ class MiddleEnd:
     _at_line_start: bool = True
     _suffix_level: int | None = None  # the indentation of the suffix's first whole line
     _suffix_closes: bool = False  # that line closes a bracket opened before it
+    _opener_level: int | None = None  # the indentation of a Python block opener above the cursor
 
     def __post_init__(self) -> None:
         at_line_start = self._at_line_start = not self.prefix or self.prefix.endswith("\n")
@@ -245,6 +258,9 @@ class MiddleEnd:
         self._definitions_end = any(
             DEFINITION.match(line) for line in (self.prefix + "\n" + self.suffix).split("\n")
         )
+        opener = next((line for line in reversed(self.prefix.split("\n")) if line.strip()), "")
+        if at_line_start and OPENS_PYTHON_BLOCK.fullmatch(opener.strip()):
+            self._opener_level = _indent(opener)
         first = suffix_first_line(self.suffix, at_line_start)
         if first is not None:
             self._suffix_level, self._suffix_closes = _indent(first), _lowest_depth(first) < 0
@@ -295,6 +311,9 @@ class MiddleEnd:
 
     def _apply_rules(self, final: bool = False) -> None:
         lines = self.text.split("\n")
+        if self._lacks_body(lines, final):
+            self.text, self.ended = "", True
+            return
         for i in range(1, len(lines)):
             line, whole = lines[i], final or i < len(lines) - 1
             # each cut leaves out the blank lines the suffix starts with (``_cut``)
@@ -314,6 +333,32 @@ class MiddleEnd:
                 return self._cut(lines, copy)
             if whole and self._rejoins(lines, i, final):
                 return self._cut(lines, i)
+
+    def _lacks_body(self, lines: list[str], final: bool) -> bool:
+        """Whether the middle's first code line, once whole, is not indented under the block
+        opener the cursor is below and skips its body (see the class docstring)."""
+        first = self._first_code_line(lines)
+        if first is None or (first == len(lines) - 1 and not final):
+            return False
+        line = lines[first]
+        if self._opener_level is None or self.sent or _indent(line) > self._opener_level:
+            return False
+        return _indent(line) == self._suffix_level or bool(DEFINITION.match(line.lstrip()))
+
+    def _awaits_body(self) -> bool:
+        """Whether the middle may still be cut whole: below a block opener, no code yet, or a
+        first code line not yet whole that is not indented under the opener."""
+        if self._opener_level is None or self.sent:
+            return False
+        lines = self.text.split("\n")
+        first = self._first_code_line(lines)
+        if first is None:
+            return True
+        return first == len(lines) - 1 and _indent(lines[first]) <= self._opener_level
+
+    @staticmethod
+    def _first_code_line(lines: list[str]) -> int | None:
+        return next((i for i, line in enumerate(lines) if _is_code(line)), None)
 
     @staticmethod
     def _opens_fence(line: str, cut_short: bool) -> bool:
@@ -481,6 +526,8 @@ class MiddleEnd:
         """Where the text a rule may still cut begins: a last line whose indentation is not
         known yet, and lines that may be the start of the suffix's anchor (with the new
         line before them, which a rejoined suffix's own blank lines would take away)."""
+        if self._awaits_body():
+            return 0
         lines = self.text.split("\n")
         last = len(lines) - 1
         hold = last + 1
@@ -569,6 +616,12 @@ def _whole_lines_start(suffix: str, at_line_start: bool) -> int | None:
         return 0
     end = suffix.find("\n")
     return None if end < 0 else end + 1
+
+
+def _is_code(line: str) -> bool:
+    """Whether a Python line holds code (a comment may sit at any indentation)."""
+    written = line.strip()
+    return bool(written) and not written.startswith("#")
 
 
 def _is_block(lines: list[str]) -> bool:
