@@ -476,8 +476,8 @@ def summary(cases, results, versus, alone) -> list[str]:  # type: ignore[no-unty
     if sooner:
         lines.append(
             "localspec ended the middle sooner than llama-server (where it rejoins the suffix, "
-            "leaves the code, the block the suffix closes or the one it is in, begins a "
-            "definition of its own or loops), the time to each one's "
+            "leaves the code, the block the suffix closes or the one it is in, skips the body "
+            "at the cursor, begins a definition of its own or loops), the time to each one's "
             "whole completion compared (+), and in brackets llama-server asked for the tokens "
             f"plain decoding wrote: {', '.join(sooner)}"
         )
