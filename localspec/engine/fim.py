@@ -337,11 +337,13 @@ class MiddleEnd:
     def _lacks_body(self, lines: list[str], final: bool) -> bool:
         """Whether the middle's first code line, once whole, is not indented under the block
         opener the cursor is below and skips its body (see the class docstring)."""
+        if self._opener_level is None or self.sent:
+            return False
         first = self._first_code_line(lines)
         if first is None or (first == len(lines) - 1 and not final):
             return False
         line = lines[first]
-        if self._opener_level is None or self.sent or _indent(line) > self._opener_level:
+        if _indent(line) > self._opener_level:
             return False
         return _indent(line) == self._suffix_level or bool(DEFINITION.match(line.lstrip()))
 
