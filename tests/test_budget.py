@@ -241,11 +241,12 @@ def test_a_step_wider_than_the_calibration_costs_its_rows() -> None:
     st.booleans(),
     st.sampled_from([0.0, 0.01, 0.07]),
 )
-def test_the_bound_that_skips_the_ranking_never_changes_the_budget(
+def test_the_bounds_that_skip_trials_never_change_the_budget(
     slots: list[tuple[list[float], bool]], prefill: int, kind: str, in_passes: bool, margin: float
 ) -> None:
-    """The cheap bound (``_may_pay``) only skips steps whose drafts cannot pay: the budget is
-    the one the whole ranking finds, priced on the curve or as llama.cpp's passes."""
+    """The cheap bounds only skip what cannot pay: a step's drafts (``_may_pay``), the
+    ranking's longer prefixes and the longer common lengths (``_Ceiling``). The budget is the
+    one every trial finds, priced on the curve or as llama.cpp's passes."""
     from localspec.engine import budget
 
     curve = cpu_curve() if kind == "cpu" else flat_curve()
@@ -258,9 +259,10 @@ def test_the_bound_that_skips_the_ranking_never_changes_the_budget(
 
     kw = {"step_margin": margin, "step_seconds": seconds if in_passes else None}
     bounded = allocate(demands, base, curve, max_rows=base + 64, **kw)
-    whole = budget._may_pay
+    whole, ceiling = budget._may_pay, budget._Ceiling.reach
     try:
         budget._may_pay = lambda *a: True  # type: ignore[assignment]
+        budget._Ceiling.reach = lambda self, tokens, rows: np.full(len(rows), np.inf)  # type: ignore[method-assign]
         assert allocate(demands, base, curve, max_rows=base + 64, **kw) == bounded
     finally:
-        budget._may_pay = whole
+        budget._may_pay, budget._Ceiling.reach = whole, ceiling  # type: ignore[method-assign]

@@ -215,6 +215,27 @@ def test_drafts_are_cut_when_a_shared_batch_makes_them_cost(slots: Engine) -> No
         slots.use_cost(real)
 
 
+def test_lookups_rest_while_a_wide_step_cuts_every_draft(slots: Engine) -> None:
+    """The same curve: four copying generations want drafts step after step and the steps of
+    four verify none. After a few such steps their lookups rest (nothing looked up, nothing
+    priced) and then look again; the answers are whole and still verify no draft."""
+    real = slots.verify_cost()
+    step = float(real(np.array([1]))[0])
+    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
+    slots.use_cost(VerifyCost(sizes, step * np.maximum(1, sizes / 4)))
+    try:
+        totals = slots.scheduler().totals
+        rests, drafted = totals.lookup_rests, totals.drafted_by_width[4]
+        steps = totals.shared_steps
+        answers = slots.generate_many([COPYING] * 4, max_tokens=48)
+        assert [len(a.tokens) for a in answers] == [48] * 4
+        assert totals.drafted_by_width[4] == drafted
+        shared = totals.shared_steps - steps
+        assert 0 < totals.lookup_rests - rests < shared  # rested, and looked again between
+    finally:
+        slots.use_cost(real)
+
+
 def test_scoring_and_closing_with_slots(qwen: Engine, qwen_path: Path) -> None:
     engine = Engine.load(qwen_path, mode="ngram-simple", parallel=2)
     text = "The quick brown fox jumps over the lazy dog."

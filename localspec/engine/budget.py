@@ -87,9 +87,11 @@ def allocate(
     predict = _Throughput(demands, base_rows, cost, step_seconds, draft_seconds)
     best, best_speed = list(lengths), predict(lengths)
     plain = (predict.tokens(lengths), best_speed * (1 + step_margin))
-    if not _may_pay(demands, free, base_rows + sum(lengths), cost, room, *plain):
+    rows = base_rows + sum(lengths)
+    if not _may_pay(demands, free, rows, cost, room, *plain):
         return best
-    ranking = _ranked_tokens(demands, free, base_rows + sum(lengths), cost, room)
+    ranking = _ranked_tokens(demands, free, rows, cost, room)
+    ceiling = _Ceiling(cost, rows, sum(demands[i].cap for i in free) + 1)
 
     def consider(trial: list[int]) -> None:
         nonlocal best, best_speed
@@ -100,16 +102,32 @@ def allocate(
             if speed > best_speed:
                 best, best_speed = list(trial), speed
 
+    # each trial is priced only while it or a later one could beat the best so far: its
+    # tokens over the cheapest one pass of its rows (``_Ceiling``)
+    tokens = plain[0] + np.cumsum([chance for _, chance in ranking])
+    reach = ceiling.reach(tokens, rows + 1 + np.arange(len(ranking)))
     trial = list(lengths)
-    for slot in ranking:
+    for (slot, _), could in zip(ranking, reach, strict=True):
+        if could < best_speed:
+            break
         trial[slot] += 1
-        if trial[slot] >= demands[slot].n_min:
-            consider(trial)
+        consider(trial)
     if step_seconds is not None:
-        for level in range(1, max((demands[i].cap for i in free), default=0) + 1):
-            consider(  # every free generation drafting the same length (or its cap)
-                [lengths[i] if i not in free else min(d.cap, level) for i, d in enumerate(demands)]
-            )
+        levels = [  # every free generation drafting the same length (or its cap)
+            [
+                k if d.pinned is not None else min(d.cap, level)
+                for k, d in zip(lengths, demands, strict=True)
+            ]
+            for level in range(1, max((demands[i].cap for i in free), default=0) + 1)
+        ]
+        reach = ceiling.reach(
+            np.array([predict.tokens(t) for t in levels]),
+            np.array([sum(t) for t in levels]) + base_rows,
+        )
+        for trial, could in zip(levels, reach, strict=True):
+            if could < best_speed:
+                break
+            consider(trial)
     for i in free:  # hysteresis: a generation starts drafting only for a clear gain
         if best[i] and not demands[i].drafting:
             without = [*best[:i], 0, *best[i + 1 :]]
@@ -203,22 +221,42 @@ def _chances(demand: DraftDemand) -> np.ndarray:
     return np.cumprod(np.asarray(demand.acceptance, dtype=float)[: demand.cap])
 
 
+class _Ceiling:
+    """The most tokens per second a step of at least so many rows can give: what it emits
+    over the cheapest one pass of that many rows or more (a step run as several passes, or
+    padded, costs more, and drafting more still)."""
+
+    def __init__(self, cost: Callable[[np.ndarray], np.ndarray], rows: int, most: int) -> None:
+        curve = np.asarray(cost(np.arange(rows, rows + most + 1)), dtype=float)
+        self.cheapest = np.minimum.accumulate(curve[::-1])[::-1]
+        self.rows = rows
+
+    def reach(self, tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """For trials in order (their expected tokens and rows): the most tokens per second
+        that trial or any after it could give."""
+        at = np.clip(rows - self.rows, 0, self.cheapest.size - 1)
+        # a hair above: the bound can be the very speed a trial is priced at (a flat stretch
+        # of the curve), summed in another order
+        speeds = tokens / np.maximum(self.cheapest[at], 1e-12) * (1 + 1e-9)
+        return np.maximum.accumulate(speeds[::-1])[::-1]
+
+
 def _ranked_tokens(
     demands: Sequence[DraftDemand],
     free: Sequence[int],
     rows: int,
     cost: Callable[[np.ndarray], np.ndarray],
     room: int | None,
-) -> list[int]:
-    """The generations the candidate draft tokens belong to, best first: by the chance that
-    the token is accepted, per second it adds (its drafter's, and a batch row's average
-    share over the rows the step could hold)."""
+) -> list[tuple[int, float]]:
+    """The candidate draft tokens, best first, as (generation, chance of acceptance): by
+    that chance per second the token adds (its drafter's, and a batch row's average share
+    over the rows the step could hold)."""
     width = max(1, sum(demands[i].cap for i in free) if room is None else room)
     span = np.array([rows, rows + width])
     row_s = max(float(np.diff(cost(span))[0]) / width, 1e-12)
     candidates = []
     for i in free:
         per_s = row_s + demands[i].seconds_per_token
-        candidates += [(-c / per_s, i, j) for j, c in enumerate(_chances(demands[i]))]
+        candidates += [(-c / per_s, i, j, c) for j, c in enumerate(_chances(demands[i]))]
     candidates.sort()
-    return [i for _, i, _ in candidates[:room]]
+    return [(i, float(c)) for _, i, _, c in candidates[:room]]

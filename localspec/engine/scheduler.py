@@ -35,6 +35,7 @@ import numpy as np
 from localspec.engine.budget import DraftDemand, allocate, predicted_gain
 from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import is_stepped
+from localspec.engine.lookup_rest import LookupRest
 from localspec.engine.loop import RoundEvent, RoundPlan, SpeculativeLoop
 from localspec.engine.model_context import PREFILL_CHUNK, ModelContext, common_prefix_length
 from localspec.engine.prompt_cache import MIN_TOKENS, PromptCache
@@ -149,6 +150,7 @@ class StepTotals:
     moves: int = 0  # caches moved to close a gap between busy sequence ids
     copies: int = 0  # prompts copied from another slot's cache rather than read again
     pad_rows: int = 0  # rows decoded only to even a step's parts (one pass, not several)
+    lookup_rests: int = 0  # shared steps whose lookups rested (``lookup_rest.py``)
     # the same two counts by how many generations answered in the step
     wanted_by_width: Counter[int] = field(default_factory=Counter)
     drafted_by_width: Counter[int] = field(default_factory=Counter)
@@ -179,6 +181,7 @@ class BatchScheduler:
         self.resting = 0  # draft models resting now (``_rest_draft_models``)
         self._rested_beside: list[SpeculativeLoop] = []  # the generations they all rested beside
         self._rest_age = 0  # steps since that was priced
+        self._lookups = LookupRest()
         self._batch = StepBatch(target)
         self.drafts = SideBySideDrafts(draft, len(self.slots), cost)
         self._waiting: deque[SlotRequest] = deque()
@@ -379,7 +382,12 @@ class BatchScheduler:
         self._drop_gone()
         self._close_gaps()
         self._rest_draft_models()
-        plans = self._plans(self._paid_draft_caps())
+        caps = self._paid_draft_caps()
+        resting = self._lookups.resting(sum(s.answering for s in self.slots))
+        if resting:  # a fixed length asked for is drafted all the same
+            adaptive = [s.index for s in self.slots if s.answering and s.work.loop.spec.adaptive]
+            caps = {**dict.fromkeys(adaptive, 0), **caps}
+        plans = self._plans(caps)
         room = self._batch.capacity - sum(len(p.batch) for _, p in plans)
         chunks = self._chunks(room, busy=bool(plans))
         wanted = sum(len(p.draft) for _, p in plans)
@@ -404,9 +412,11 @@ class BatchScheduler:
         # passes is no point of the curve
         if cost is not None and not alone and len(self._passes(rows_by_seq)) == 1:
             cost.observe(sum(rows_by_seq.values()), step_s)
-        for (slot, plan), part_rows in zip(plans, rows, strict=False):
-            told = None if alone or cost is None else float(cost(np.array([len(plan.batch)]))[0])
-            self._finish(slot, plan, part_rows, t0, told)
+        told: list[float | None] = [None] * len(plans)
+        if not alone and cost is not None and plans:  # each slot's share: its rows alone
+            told = cost(np.array([len(plan.batch) for _, plan in plans])).tolist()
+        for (slot, plan), part_rows, seconds in zip(plans, rows, told, strict=False):
+            self._finish(slot, plan, part_rows, t0, seconds)
         for (slot, chunk), part_rows in zip(chunks, rows[len(plans) :], strict=True):
             self._prefilled(slot, chunk, part_rows)
         t = self.totals
@@ -418,6 +428,10 @@ class BatchScheduler:
         t.wanted_by_width[len(plans)] += wanted
         t.drafted_by_width[len(plans)] += drafted
         if len(plans) > 1:
+            if resting:
+                t.lookup_rests += 1
+            else:
+                self._lookups.note(wanted, drafted)
             t.shared_steps += 1
             t.wanted_shared += wanted
             t.drafted_shared += drafted
