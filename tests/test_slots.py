@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import llama_cpp
@@ -195,15 +196,24 @@ def test_a_client_that_leaves_frees_its_slot_and_disturbs_no_one(
     assert report.ok
 
 
-def test_drafts_are_cut_when_a_shared_batch_makes_them_cost(slots: Engine) -> None:
-    """A cost curve where up to four rows cost one step and more cost in proportion: one
-    generation alone drafts (its controller's choice: a drafted row is free), four together
-    verify no draft (the four rows already fill the step; any draft row costs its share)."""
-    real = slots.verify_cost()
+@contextmanager
+def four_rows_a_step(engine: Engine) -> Iterator[None]:
+    """A cost curve where up to four rows cost one step and more cost in proportion."""
+    real = engine.verify_cost()
     step = float(real(np.array([1]))[0])
     sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
-    slots.use_cost(VerifyCost(sizes, step * np.maximum(1, sizes / 4)))
+    engine.use_cost(VerifyCost(sizes, step * np.maximum(1, sizes / 4)))
     try:
+        yield
+    finally:
+        engine.use_cost(real)
+
+
+def test_drafts_are_cut_when_a_shared_batch_makes_them_cost(slots: Engine) -> None:
+    """Four rows a step: one generation alone drafts (its controller's choice: a drafted
+    row is free), four together verify no draft (the four rows already fill the step; any
+    draft row costs its share)."""
+    with four_rows_a_step(slots):
         totals = slots.scheduler().totals
         wanted, drafted = totals.wanted_by_width[4], totals.drafted_by_width[4]
         alone = slots.generate(COPYING, max_tokens=48)
@@ -211,19 +221,13 @@ def test_drafts_are_cut_when_a_shared_batch_makes_them_cost(slots: Engine) -> No
         slots.generate_many([COPYING] * 4, max_tokens=48)
         assert totals.wanted_by_width[4] > wanted  # the controllers asked for drafts...
         assert totals.drafted_by_width[4] == drafted  # ...and the steps of four verified none
-    finally:
-        slots.use_cost(real)
 
 
 def test_lookups_rest_while_a_wide_step_cuts_every_draft(slots: Engine) -> None:
-    """The same curve: four copying generations want drafts step after step and the steps of
-    four verify none. After a few such steps their lookups rest (nothing looked up, nothing
-    priced) and then look again; the answers are whole and still verify no draft."""
-    real = slots.verify_cost()
-    step = float(real(np.array([1]))[0])
-    sizes = np.array([1, 2, 3, 4, 5, 8, 16, 17, 32, 64])
-    slots.use_cost(VerifyCost(sizes, step * np.maximum(1, sizes / 4)))
-    try:
+    """Four rows a step: four copying generations want drafts step after step and the steps
+    of four verify none. After a few such steps their lookups rest (nothing looked up,
+    nothing priced) and then look again; the answers are whole and still verify no draft."""
+    with four_rows_a_step(slots):
         totals = slots.scheduler().totals
         rests, drafted = totals.lookup_rests, totals.drafted_by_width[4]
         steps = totals.shared_steps
@@ -232,8 +236,6 @@ def test_lookups_rest_while_a_wide_step_cuts_every_draft(slots: Engine) -> None:
         assert totals.drafted_by_width[4] == drafted
         shared = totals.shared_steps - steps
         assert 0 < totals.lookup_rests - rests < shared  # rested, and looked again between
-    finally:
-        slots.use_cost(real)
 
 
 def test_scoring_and_closing_with_slots(qwen: Engine, qwen_path: Path) -> None:
