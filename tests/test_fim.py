@@ -810,9 +810,15 @@ def test_the_fim_bench_counts_the_middle_not_what_a_round_ran_past(engine: Engin
     case = fim.FimCase("loop", "copying", "python", prompt)
     got = fim.time_case(engine, {}, case, "ngram-simple", Namespace(n_predict=96, repeat=1))
     assert set(got) == {fim.PLAIN, fim.SPEC}
-    assert got[fim.PLAIN].text == got[fim.SPEC].text, got
-    assert got[fim.PLAIN].counts == got[fim.SPEC].counts == [got[fim.SPEC].tokens]
-    assert fim.speedup(got[fim.PLAIN], got[fim.SPEC])[1] is False
+    plain, spec = got[fim.PLAIN], got[fim.SPEC]
+    assert plain.counts == [plain.tokens] and spec.counts == [spec.tokens], got
+    if plain.text != spec.text:  # the verify batches tipped a near tie (a CPU's kernels)
+        one = engine.generate(prompt, max_tokens=96, mode="none", record_margins=True)
+        drafted = engine.generate(prompt, max_tokens=96, mode="ngram-simple")
+        report = compare(one.tokens, one.margins, drafted.tokens, one.runners_up)
+        assert report.near_tie, (report, got)
+    else:
+        assert plain.counts == spec.counts and fim.speedup(plain, spec)[1] is False
     # the loop's copies that showed it are plain decoding's work, which llama-server is asked for
     assert got[fim.PLAIN].decoded > got[fim.PLAIN].tokens + 10
 
