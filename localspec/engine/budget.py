@@ -210,10 +210,11 @@ def _may_pay(
     best = best[:room] if room is not None else best
     if not best.size:
         return False
-    curve = np.asarray(cost(np.arange(rows + 1, rows + best.size + 1)), dtype=float)
-    cheapest = np.minimum.accumulate(curve[::-1])[::-1]  # a noisy curve is not monotone
-    bound = (plain_tokens + np.cumsum(best)) / np.maximum(cheapest, 1e-12)
-    return float(bound.max()) >= to_beat
+    first = rows + 1
+    reach = _Ceiling(cost, first, best.size - 1).reach(
+        plain_tokens + np.cumsum(best), first + np.arange(best.size)
+    )
+    return float(reach[0]) >= to_beat
 
 
 def _chances(demand: DraftDemand) -> np.ndarray:
@@ -228,7 +229,7 @@ class _Ceiling:
 
     def __init__(self, cost: Callable[[np.ndarray], np.ndarray], rows: int, most: int) -> None:
         curve = np.asarray(cost(np.arange(rows, rows + most + 1)), dtype=float)
-        self.cheapest = np.minimum.accumulate(curve[::-1])[::-1]
+        self.cheapest = np.minimum.accumulate(curve[::-1])[::-1]  # a noisy curve: not monotone
         self.rows = rows
 
     def reach(self, tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
