@@ -56,8 +56,12 @@ def weight_flags() -> list[str]:
     return [] if weight_repacking() else ["--no-repack"]
 
 
-def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float) -> list[str]:
-    """The llama-speculative-simple command line for one cell."""
+def command(
+    s: NativeSettings, mode: str, prompt_file: Path, temperature: float, seed: int = 0
+) -> list[str]:
+    """The llama-speculative-simple command line for one cell. ``seed``: the repeat's, as
+    localspec's own runs take it, so that at temperature > 0 each repeat samples another
+    answer on both sides (with one seed the tool's repeats are one answer timed again)."""
     cmd = [
         str(s.tool_dir / TOOL),
         "-m",
@@ -85,7 +89,7 @@ def command(s: NativeSettings, mode: str, prompt_file: Path, temperature: float)
         "-b",
         str(s.n_ctx),
         "--seed",
-        "0",
+        str(seed),
         "-fa",
         s.flash_attn,
         "--spec-type",
@@ -149,14 +153,16 @@ def prompt_file_text(prompt_text: str) -> str:
     return prompt_text + "\n"
 
 
-def run(s: NativeSettings, mode: str, prompt_text: str, temperature: float) -> NativeRun:
+def run(
+    s: NativeSettings, mode: str, prompt_text: str, temperature: float, seed: int = 0
+) -> NativeRun:
     """The native tool's speed and draft counts on this prompt (already chat-formatted)."""
     check_tool(s.tool_dir)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt_file_text(prompt_text))
     try:
         done = subprocess.run(
-            command(s, mode, Path(f.name), temperature),
+            command(s, mode, Path(f.name), temperature, seed),
             capture_output=True,
             encoding="utf-8",
             errors="replace",

@@ -122,8 +122,10 @@ def test_native_command_line_and_output_parsing(tmp_path: Path) -> None:
         "--spec-draft-n-max 8",
     ):
         assert part in joined
-    ngram = " ".join(native.command(s, "ngram-simple", Path("/tmp/p.txt"), 0.7))
+    ngram = " ".join(native.command(s, "ngram-simple", Path("/tmp/p.txt"), 0.7, seed=2))
     assert "--spec-type ngram-simple" in ngram and "-md" not in ngram
+    # each repeat samples its own answer, as localspec's repeats do
+    assert "--seed 2" in ngram and "--seed 0" in joined
     # the distribution localspec's bench samples from: temperature alone
     assert "--top-k 0 --top-p 1 --min-p 0" in ngram
     # llama.cpp drops a prompt file's last newline: the chat prompt's own must survive it

@@ -139,8 +139,9 @@ def with_native(args, engine, cells, prompts, options, runs):  # type: ignore[no
                     cell.mode,
                     render_chat(engine.target, p.messages),
                     cell.temperature,
+                    seed=repeat,  # the seed localspec's run of that repeat had
                 )
-                for _ in range(args.repeat)
+                for repeat in range(args.repeat)
             ]
             for p in mine
         }
