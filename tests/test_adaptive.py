@@ -14,7 +14,7 @@ from localspec.engine.adaptive import (
     FixedLengthController,
     ShadowCheck,
 )
-from localspec.engine.costs import ModelledTimes, VerifyCost
+from localspec.engine.costs import ModelledTimes, VerifyCost, calibration_order
 from localspec.engine.drafting import Draft
 
 SIZES = np.array([1, 2, 4, 8, 16, 32, 49])
@@ -682,3 +682,13 @@ def test_the_position_after_a_draft_is_scored_only_when_the_draft_was_kept_whole
     assert list(estimate.tried[:4]) == [1, 1, 1, 0] and estimate.accepted[2] == 1.0
     estimate.record_round(2, 1, beyond=1.0)  # rejected at its second token: nothing beyond
     assert estimate.tried[2] == pytest.approx(0.9)
+
+
+def test_the_calibration_times_short_batches_most_in_rounds_over_every_size() -> None:
+    """Each round visits every size still to be timed, so a machine whose speed drifts
+    during the calibration moves every size alike; short batches, which decide most rounds
+    and whose one-row step is the most noisy, are timed most (each size's median is kept)."""
+    sizes = [1, 2, 6, 8, 17, 24, 32]
+    order = calibration_order(sizes)
+    assert order == [1, 2, 6, 8, 17, 24, 32, 1, 2, 6, 8, 17, 1, 2, 6]
+    assert calibration_order([1]) == [1, 1, 1]

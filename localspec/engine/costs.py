@@ -20,7 +20,14 @@ from localspec.engine.model_context import ModelContext
 # (a step up after each multiple of 4: docs/benchmarks.md), which interpolating between
 # powers of two misses exactly where short drafts are decided.
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64)
-TIMED_TWICE_UP_TO = 17
+# How often each size is timed (sizes up to the first figure: the second figure's times), in
+# rounds over the sizes. A one-row step is memory-bound, and on a shared machine its time
+# moves by a third from one moment to the next while wider batches, compute-bound, move less:
+# the fastest of two timings caught a lucky one-row step and priced every batch dearer
+# against it, by an amount that changed from one calibration to the next. The median of
+# timings spread over rounds, each visiting every size, prices the batches against the steps
+# the answers will run, for the same number of decodes.
+TIMINGS = ((6, 3), (17, 2))
 RATIO_DECAY = 0.9
 
 
@@ -33,11 +40,11 @@ class VerifyCost:
 
     @classmethod
     def measure(cls, backend: ModelContext, max_size: int) -> VerifyCost:
-        """Time each size (after one warm-up decode) at the backend's cache end, keep the
-        fastest; the cache is trimmed back afterwards. Short batches are timed twice (their
-        relative noise is larger, and they decide most rounds), long ones once. A caller
-        gone meanwhile (``backend.cancelled``) stops it between two sizes: the first answer
-        of a session waits for it, and a chat's quit or a client's leaving must not."""
+        """Time each size (after one warm-up decode) at the backend's cache end, in rounds
+        over the sizes (``TIMINGS``: short batches decide most rounds and are timed most),
+        and keep each size's median; the cache is trimmed back afterwards. A caller gone
+        meanwhile (``backend.cancelled``) stops it between two sizes: the first answer of a
+        session waits for it, and a chat's quit or a client's leaving must not."""
         sizes = [n for n in CALIBRATION_SIZES if n <= max_size] or [1]
         if sizes[-1] < max_size:
             sizes.append(max_size)
@@ -45,17 +52,14 @@ class VerifyCost:
         filler = [backend.bos_token if backend.bos_token >= 0 else 0] * max(sizes)
         backend.decode(filler[:8], all_logits=True)  # warm-up: first decodes allocate
         backend.trim(base)
-        seconds = []
-        for n in sizes:
-            best = float("inf")
-            for _ in range(2 if n <= TIMED_TWICE_UP_TO else 1):
-                t0 = time.perf_counter()
-                backend.decode(filler[:n], all_logits=True)
-                best = min(best, time.perf_counter() - t0)
-                backend.trim(base)
-            seconds.append(best)
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for n in calibration_order(sizes):
+            t0 = time.perf_counter()
+            backend.decode(filler[:n], all_logits=True)
+            times[n].append(time.perf_counter() - t0)
+            backend.trim(base)
             backend.stop_if_cancelled("the verify costs were measured")
-        return cls(np.array(sizes), np.array(seconds))
+        return cls(np.array(sizes), np.array([np.median(times[n]) for n in sizes]))
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         """Predicted seconds for each batch size: linear between measured sizes, and beyond
@@ -118,6 +122,14 @@ class VerifyCost:
 
     def _throughput_gains(self) -> np.ndarray:
         return self.sizes * self.seconds[0] / self.seconds
+
+
+def calibration_order(sizes: list[int]) -> list[int]:
+    """The batch sizes in the order they are timed: rounds over the sizes, each round
+    visiting every size still to be timed (``TIMINGS``), so that a machine whose speed
+    drifts meanwhile moves every size's timings alike."""
+    timings = [next((times for top, times in TIMINGS if n <= top), 1) for n in sizes]
+    return [n for r in range(max(timings)) for n, t in zip(sizes, timings, strict=True) if r < t]
 
 
 def one_token_seconds(backend: ModelContext, samples: int = 5) -> float:
