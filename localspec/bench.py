@@ -6,7 +6,7 @@ prompt and temperature in the same repeat, then summarised (median, min-max)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -14,7 +14,14 @@ from localspec.api import Engine
 from localspec.engine.loop import SpecConfig
 from localspec.fileops import atomic_path
 from localspec.lossless import compare
-from localspec.measure import CEILING_SLACK, shown, undrafted, unearned
+from localspec.measure import (
+    CEILING_SLACK,
+    draft_step_for,
+    predicted_speedup,
+    shown,
+    undrafted,
+    unearned,
+)
 from localspec.prompts import PromptCase
 
 
@@ -37,6 +44,9 @@ class Run:
     tokens: tuple[int, ...] = field(repr=False, default=())
     margins: tuple[float, ...] = field(repr=False, default=())
     runners_up: tuple[tuple[int, ...], ...] = field(repr=False, default=())
+    # plain decoding's cost for these tokens over this run's, priced on the calibrated cost
+    # curve (``measure.predicted_speedup``): the figure the clock's noise does not move
+    predicted: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class Cell:
     # prompts compared); its verify batches can tip a near tie, and it then times another text
     native_texts: tuple[int, int] | None = None
     drafted: int = 0  # tokens drafted and verified over the cell's runs
+    predicted_median: float | None = None  # the median of the runs' ``Run.predicted``
     noise: tuple[str, ...] = ()  # why the cell's figure cannot be trusted (empty: it can)
 
     @property
@@ -139,6 +150,7 @@ def run_cells(
     VM does, would otherwise always penalise the modes that run after plain decoding)."""
     order = ["none", *[m for m in modes if m != "none"]]
     grammars = {case.name: case.grammar for case in prompts}  # converted once
+    cost, draft_step = engine.verify_cost(), engine.draft_step_seconds()
     for repeat in range(repeats):
         shift = repeat % len(order)
         for case in prompts:
@@ -175,6 +187,9 @@ def run_cells(
                         tuple(r.tokens),
                         tuple(r.margins),
                         tuple(r.runners_up),
+                        None
+                        if mode == "none"
+                        else predicted_speedup(s, cost, draft_step_for(mode, s, draft_step)),
                     )
 
 
@@ -208,9 +223,15 @@ def summarise(runs: Sequence[Run]) -> list[Cell]:
                 draft_share=sum(r.draft_ms for r in rs) / busy if busy else 0.0,
                 exact_match=exact_match(rs, plain) if temp == 0 else None,
                 drafted=drafted,
+                predicted_median=median_of(r.predicted for r in rs),
             )
         )
     return cells
+
+
+def median_of(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def flag_noise(cells: Sequence[Cell], ceiling: float) -> list[Cell]:
@@ -322,19 +343,24 @@ def speedup_text(c: Cell, ceiling: float) -> str:
     return shown(c.speedup_median, c.speedup_min, c.speedup_max, c.noisy, ceiling)
 
 
+def predicted_text(c: Cell) -> str:
+    """The cell's clock-free speedup: its runs priced on the calibrated cost curve."""
+    return "-" if c.predicted_median is None else f"{c.predicted_median:.2f}x"
+
+
 def markdown(cells: Sequence[Cell], header: str, ceiling: float) -> str:
     lines = [
         header,
         "",
-        "| mode | kind | T | tok/s (median) | speedup (median, min-max) | "
+        "| mode | kind | T | tok/s (median) | speedup (median, min-max) | predicted | "
         "accept | L | draft share | exact match | native tok/s (localspec/native) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in sorted(cells, key=lambda c: (c.mode, c.kind, c.temperature)):
         native = native_text(c)
         lines.append(
             f"| {c.mode} | {c.kind} | {c.temperature:g} | {c.tokens_per_s_median:.1f} | "
-            f"{speedup_text(c, ceiling)} | "
+            f"{speedup_text(c, ceiling)} | {predicted_text(c)} | "
             f"{100 * c.acceptance_rate:.0f}% | {c.mean_acceptance_length:.2f} | "
             f"{100 * c.draft_share:.0f}% | {c.exact_match or '-'} | {native} |"
         )

@@ -224,6 +224,17 @@ def predicted_speedup(stats: Stats, cost: VerifyCost, draft_step_s: float) -> fl
     return plain / (target_seconds(stats, cost) + draft)
 
 
+def draft_step_for(mode: str, stats: Stats, calibrated: float | None) -> float:
+    """Seconds per draft step: nothing for a lookup, the calibrated step of a draft model,
+    else what the run itself measured."""
+    if all(part in LOOKUP_MODES for part in parse_mode(mode)):
+        return 0.0
+    if calibrated is not None:
+        return calibrated
+    steps = stats.drafted + stats.verifications
+    return stats.draft_ms / 1000 / steps if steps else 0.0
+
+
 # ----- the time budget --------------------------------------------------------------------
 
 

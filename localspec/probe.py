@@ -31,6 +31,7 @@ from localspec.measure import (
     Budget,
     Pair,
     Verdict,
+    draft_step_for,
     judge,
     needs_more,
     predicted_speedup,
@@ -38,7 +39,7 @@ from localspec.measure import (
     undrafted,
     unearned,
 )
-from localspec.modes import LOOKUP_MODES, parse_mode
+from localspec.modes import parse_mode
 from localspec.probe_results import WORTH_IT, ProbeConfig, write
 from localspec.prompts import PromptCase
 
@@ -160,7 +161,7 @@ def measure(
                 runs.append(r.stats)
                 before = after
                 predicted = predicted_speedup(
-                    runs[0], cost, _draft_step(config, runs[0], draft_step)
+                    runs[0], cost, draft_step_for(config.mode, runs[0], draft_step)
                 )
             if budget is not None:
                 budget.cell_done()
@@ -177,17 +178,6 @@ def _another(
         return False
     # the first MIN_PAIRS are always measured; the budget pays for more
     return len(pairs) < MIN_PAIRS or budget is None or budget.allows_more()
-
-
-def _draft_step(config: ProbeConfig, stats: Stats, calibrated: float | None) -> float:
-    """Seconds per draft step: nothing for a lookup, the calibrated step of a draft model,
-    else what the run itself measured."""
-    if all(part in LOOKUP_MODES for part in parse_mode(config.mode)):
-        return 0.0
-    if calibrated is not None:
-        return calibrated
-    steps = stats.drafted + stats.verifications
-    return stats.draft_ms / 1000 / steps if steps else 0.0
 
 
 def cell(

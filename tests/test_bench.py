@@ -8,11 +8,13 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from localspec import native
 from localspec.bench import Run, run_cells
 from localspec.cli import main
+from localspec.engine.costs import VerifyCost
 from localspec.engine.spec_memory import SpecMemory
 from localspec.engine.stats import Stats
 from localspec.prompts import PromptCase
@@ -58,6 +60,9 @@ def test_tiny_bench_writes_json_markdown_and_png(capsys, tmp_path: Path, smollm_
         assert cell["tokens_per_s_median"] > 0
         if key[0] == "none":
             assert cell["speedup_median"] == pytest.approx(1.0)
+            assert cell["predicted_median"] is None
+        else:  # the clock-free figure beside the measured one
+            assert 0.1 < cell["predicted_median"] <= report["ceiling"] * 1.1
         if key[2] == 0.0:
             assert cell["exact_match"] in ("identical", "near tie")
     assert report["ceiling"] > 1.0
@@ -270,6 +275,12 @@ def test_mode_order_rotates_with_the_repeat() -> None:
         def generate(self, text: str, **kwargs: object) -> SimpleNamespace:
             order.append((kwargs["seed"], kwargs["mode"]))  # type: ignore[arg-type]
             return SimpleNamespace(stats=Stats(), tokens=[], margins=[], runners_up=[])
+
+        def verify_cost(self) -> VerifyCost:
+            return VerifyCost(np.array([1, 2]), np.array([0.01, 0.015]))
+
+        def draft_step_seconds(self) -> None:
+            return None
 
     case = PromptCase("p", "qa", "en", "hello")
     runs = list(run_cells(Recorder(), ["ngram-simple", "draft-self"], [case], [0.0], 8, 3))  # type: ignore[arg-type]
