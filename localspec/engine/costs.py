@@ -26,7 +26,7 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 16, 17, 24, 32, 48, 64)
 # the fastest of two timings caught a lucky one-row step and priced every batch dearer
 # against it, by an amount that changed from one calibration to the next. The median of
 # timings spread over rounds, each visiting every size, prices the batches against the steps
-# the answers will run, for the same number of decodes.
+# the answers will run, in about the time the calibration took before.
 TIMINGS = ((6, 3), (17, 2))
 RATIO_DECAY = 0.9
 
