@@ -24,6 +24,9 @@ GPU = VerifyCost(SIZES, 0.010 + 0.0002 * (SIZES - 1))  # memory-bound: a batch c
 # steps, a batch of 16 seven
 SMALL_CPU = VerifyCost(SIZES, np.array([0.020, 0.042, 0.052, 0.085, 0.140, 0.250, 0.360]))
 STEP = float(CPU(np.array([1]))[0])
+# a 2-core CPU with AVX-512 (the F16 0.5B target): two rows cost two steps, a batch pays
+# only when wide, so a draft model costing half a step a token pays only above ~90%
+WIDE_PAYS = VerifyCost(SIZES, STEP * np.array([1.0, 2.08, 2.38, 3.27, 4.91, 9.0, 13.0]))
 
 
 def controller(n_max: int = 16, cost: VerifyCost = CPU, **kwargs) -> AdaptiveController:
@@ -343,6 +346,49 @@ def test_a_rejected_draft_does_not_end_the_opening() -> None:
     lengths = drive(ctl, SMALL_CPU, accept, 60, 0.1 * STEP)
     first = next(i for i, k in enumerate(lengths) if k > 0)
     assert lengths[first + 1] == -1 and max(lengths) == 16 and not ctl.paused
+
+
+def test_one_early_rejection_does_not_end_the_drafting_of_a_drafter_that_cannot_check() -> None:
+    """A draft model on a compute-bound CPU (catching up is dear: a pause ends the answer's
+    drafting; drafting pays only above about 90% acceptance): its checks and first draft are
+    right, its second, longer draft breaks off at its second token, and the copy goes on.
+    Nine tokens of ten kept say little about 90% against 98%: it drafts on, short, and the
+    answer is drafted to its end."""
+    ctl = controller(16, WIDE_PAYS)
+    ctl.note_catch_up(0.1 * STEP)
+    drafts: list[int] = []
+
+    def accept(k: int) -> int:
+        if k > 1:  # checks and the opening's one-token probes are right
+            drafts.append(k)
+        return 1 if len(drafts) == 2 and k > 1 else k
+
+    lengths = drive(ctl, WIDE_PAYS, accept, 60, 0.5 * STEP)
+    second = [i for i, k in enumerate(lengths) if k > 1][1]
+    assert lengths[second] > 4, lengths  # the draft that broke off
+    assert lengths[-30:] == [16] * 30 and not ctl.paused, lengths
+
+
+@pytest.mark.parametrize("acceptance", [0.5, 0.7])
+def test_a_drafter_that_cannot_check_pauses_once_its_tokens_say_drafting_loses(
+    acceptance: float,
+) -> None:
+    """The same drafter where its drafts are kept half or seven times in ten: drafting on
+    for evidence stops within FINAL_PAUSE_EVIDENCE tokens tried, and the pause holds."""
+    for seed in range(4):
+        ctl = controller(16, WIDE_PAYS)
+        ctl.note_catch_up(0.1 * STEP)
+        rng = np.random.default_rng(seed)
+
+        def kept(k: int, rng: np.random.Generator = rng) -> int:
+            n = 0
+            while n < k and rng.random() < acceptance:
+                n += 1
+            return n
+
+        lengths = drive(ctl, WIDE_PAYS, kept, 120, 0.5 * STEP)
+        assert sum(k for k in lengths if k > 0) <= adaptive.FINAL_PAUSE_EVIDENCE + 16, lengths
+        assert ctl.paused and all(k <= 0 for k in lengths[-60:]), lengths
 
 
 class StubDrafter:

@@ -123,3 +123,26 @@ def test_a_seeded_answer_does_not_check_a_draft_model_whose_catch_up_is_dear(
     assert behind, "the draft model was never asked"
     assert result.stats.n_tokens > 40, result.stats
     assert max(behind) <= 2, behind
+
+
+@pytest.mark.slow
+def test_a_draft_model_that_breaks_off_early_drafts_the_rest_of_a_code_edit(
+    qwen_cpu_pair: Engine,
+) -> None:
+    """On a compute-bound CPU (two rows cost two steps, a draft token half a step: drafting
+    pays only above ~95% acceptance), the F16 target and its Q4_0 draft agree on nearly
+    every token of a code edit, but an early draft breaks off after a few right tokens. The
+    draft model cannot check once paused: one such draft must not end the answer's
+    drafting. Greedy, so the schedule is the modelled one: the same on any machine."""
+    edit = next(p for p in suite_prompts() if p.name == "ts-request-timeout").messages
+    engine = qwen_cpu_pair
+    step = float(engine.verify_cost()(np.array([1]))[0])
+    sizes = np.array([1, 2, 4, 8, 16, 32, 64])
+    engine.use_cost(VerifyCost(sizes, step * np.array([1.0, 2.08, 2.38, 3.27, 4.91, 9.0, 17.0])))
+    engine._draft_step = 0.5 * step
+    try:
+        result = engine.generate(edit, max_tokens=160, temperature=0.0, mode="draft-model")
+    finally:
+        engine._cost = engine._draft_step = None
+    stats = result.stats
+    assert stats.accepted > 0.6 * stats.n_tokens, stats

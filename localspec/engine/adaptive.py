@@ -59,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.engine.answer_tally import AnswerTally
 from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import Draft
 
@@ -102,6 +103,12 @@ SETTLED_SAMPLES = 3  # timings before a drafter may be judged hopeless by its co
 # per position (such drafts are mostly kept whole) and are learnt per answer.
 STRONG_MATCH = 12
 STRONG_PRIOR = 0.95
+# A drafter that cannot check once paused (a draft model on a CPU) ends the answer's drafting
+# when it pauses: it drafts on, short, while this answer's tokens leave at least this chance
+# that its acceptance is one where drafting pays (``AnswerTally``), until it has tried
+# FINAL_PAUSE_EVIDENCE tokens: then its estimates decide alone.
+FINAL_PAUSE_ODDS = 0.1
+FINAL_PAUSE_EVIDENCE = 32
 # A weak match's first token is judged by what drafts on keys of the same length did in this
 # answer (KeyLengthOdds): weight of the per-position estimate in that judgement, in drafts.
 KEY_PRIOR_TRIES = 1.0
@@ -162,10 +169,7 @@ class AcceptanceEstimate:
         self.decay()
         reached = min(n_accepted + 1, n_drafted)
         self.tried[depth : depth + reached] += 1
-        if odds is not None and len(odds) == reached:
-            self.accepted[depth : depth + reached] += odds
-        else:
-            self.accepted[depth : depth + n_accepted] += 1
+        self.accepted[depth : depth + reached] += kept_per_position(n_drafted, n_accepted, odds)
         if beyond is not None and n_accepted == n_drafted and depth + n_drafted < self.tried.size:
             self.record_position(depth + n_drafted, beyond)
 
@@ -184,6 +188,17 @@ class AcceptanceEstimate:
             estimates[i] = (self.accepted[i] + weight * prior) / (self.tried[i] + weight)
             prior = estimates[i]
         return estimates
+
+
+def kept_per_position(
+    n_drafted: int, n_accepted: int, odds: Sequence[float] | None = None
+) -> np.ndarray:
+    """What each position a verified draft reached counts as kept: its chance of acceptance
+    (``odds``, sampling), or whether it was (greedy, or odds not given for every position)."""
+    reached = min(n_accepted + 1, n_drafted)
+    if odds is not None and len(odds) == reached:
+        return np.asarray(odds, dtype=float)
+    return (np.arange(reached) < n_accepted).astype(float)
 
 
 class KeyLengthOdds:
@@ -352,6 +367,7 @@ class AdaptiveController:
         self._strong_cap = n_max  # how long the next strong draft may be (see fit)
         self._resume_depth = 0  # how deep into a guess the next verified draft starts
         self._draft_cost = DraftCost()
+        self._tally = AnswerTally(PRIOR_ACCEPT, PRIOR_TRIES)  # for a pause that ends drafting
         self._catch_up: float | None = None
         self._guess_length = 1  # tokens per shadow guess (see shadow_length)
         self._resume = min(RESUME_LENGTH, n_max)
@@ -378,6 +394,7 @@ class AdaptiveController:
         self._estimate.reset()
         self._strong.reset()
         self._key_odds.reset()
+        self._tally.reset()
         self._declined = False
         self._strong_cap = self.n_max
         self._resume_depth = 0
@@ -576,6 +593,7 @@ class AdaptiveController:
             return
         depth, self._resume_depth = self._resume_depth, 0
         self._estimate.record_round(n_drafted, n_accepted, depth, odds, beyond)
+        self._tally_round(n_drafted, n_accepted, odds)
         if depth == 0:
             self._key_odds.record(self._round_key, odds[0] if odds else float(n_accepted > 0))
         best = self._best_length(self._pause_margin())
@@ -583,8 +601,12 @@ class AdaptiveController:
         if paid:
             self._backoff = 0
         if best == 0:
-            self.hopeless = self._is_hopeless(self._perfect_gains())
+            gains = self._perfect_gains()
+            self.hopeless = self._is_hopeless(gains)
             self._misses += n_accepted < n_drafted  # a draft kept whole is no miss
+            if not self.hopeless and self._pause_is_final() and self._too_little_to_stop():
+                self.draft_length = self._resume_length(gains)  # short: a miss costs little
+                return
             if not paid and self._drafts_cost_nothing():
                 self._backoff = min(self._backoff + 1, MAX_BACKOFF)
             self._pause()
@@ -612,6 +634,7 @@ class AdaptiveController:
         self._probe_round = False
         self._probes += 1
         self._estimate.record_round(n_drafted, n_accepted, 0, odds, beyond)
+        self._tally_round(n_drafted, n_accepted, odds)
         # right as a check is right: kept, or (sampling) with a chance of STREAK_HIT
         hit = (odds[0] if odds else float(n_accepted == n_drafted)) >= STREAK_HIT
         self._streak = self._streak + 1 if hit else 0
@@ -640,6 +663,7 @@ class AdaptiveController:
             self._estimate.decay()
             self._size_guesses(check.n_guessed, check.draft_s)
         self._estimate.record_position(position, acceptance)
+        self._tally.record(acceptance, 1)
         self._streak = self._streak + 1 if acceptance >= STREAK_HIT else 0
         # mid-round, a draft would start deeper in the guessed continuation: it is judged
         # by the acceptance there (which copies reach far, which prose breaks off early)
@@ -658,6 +682,8 @@ class AdaptiveController:
         streak = self._streak >= SHADOW_STREAK * backoff
         if best == 0 and streak and (gains[self._resume] > 1 + MARGIN or last):
             best = self._resume  # a short draft kept whole would pay
+        if best == 0 and last and not self.hopeless and self._too_little_to_stop():
+            best = self._resume  # no check follows: too few tokens to end drafting on
         if best == 0:
             return False
         # resume short, and let the verified rounds grow the draft
@@ -681,6 +707,34 @@ class AdaptiveController:
         self._strong.record_position(check.position, check.acceptance)
         if check.acceptance >= STREAK_HIT:  # as a verified strong draft kept this far
             self._strong_cap = max(self._strong_cap, 2 * (check.position + 1))
+
+    def _tally_round(self, n_drafted: int, n_accepted: int, odds: Sequence[float] | None) -> None:
+        kept = kept_per_position(n_drafted, n_accepted, odds)
+        self._tally.record(float(kept.sum()), kept.size)
+
+    def _pause_is_final(self) -> bool:
+        """Whether a pause now would end the answer's drafting: the drafter cannot check
+        once paused, and the answer's opening, whose checks it still makes, is over."""
+        return not self._catch_up_is_cheap() and not self._in_opening()
+
+    def _too_little_to_stop(self) -> bool:
+        """Whether this answer's tokens are too few to end its drafting on: fewer than
+        FINAL_PAUSE_EVIDENCE tried, which leave at least FINAL_PAUSE_ODDS that drafting
+        pays (``AnswerTally``)."""
+        if self._tally.tried >= FINAL_PAUSE_EVIDENCE:
+            return False
+        return self._tally.chance(self._pays_at) >= FINAL_PAUSE_ODDS
+
+    def _pays_at(self, acceptance: np.ndarray) -> np.ndarray:
+        """For each acceptance per token (the same at every position), whether some draft
+        length would beat plain decoding (break-even: the question is whether to stop)."""
+        k = np.arange(self.n_max + 1)
+        a = acceptance[:, None]
+        expected = (1 - a ** (k + 1)) / (1 - a)  # 1 + a + ... + a^k tokens a round
+        assert self.cost is not None
+        speed = expected / (self.cost(k + 1) + self._draft_cost.per_token * k)
+        shortest = max(self.n_min, 1)
+        return speed[:, shortest:].max(axis=1) > speed[:, 0]
 
     def _budget_s(self) -> float:
         """SHADOW_BUDGET of a one-token target step, in seconds (0 without a cost curve)."""

@@ -132,9 +132,10 @@ def calibration_order(sizes: list[int]) -> list[int]:
     return [n for r in range(max(timings)) for n, t in zip(sizes, timings, strict=True) if r < t]
 
 
-def one_token_seconds(backend: ModelContext, samples: int = 5) -> float:
-    """The fastest of ``samples`` one-token decodes at the cache end (the cache is trimmed
-    back): the minimum is what the step costs when nothing else competes."""
+def one_token_seconds(backend: ModelContext, samples: int = 7) -> float:
+    """The median of ``samples`` one-token decodes at the cache end (the cache is trimmed
+    back): what a draft step costs as answers run it, priced beside the calibration's
+    medians (the fastest of a few was a lucky moment, a fifth under the steps drafts take)."""
     if backend.n_past + 1 > backend.n_ctx:
         backend.trim(0)
     base = backend.n_past
@@ -147,7 +148,7 @@ def one_token_seconds(backend: ModelContext, samples: int = 5) -> float:
         backend.decode([token])
         times.append(time.perf_counter() - t0)
         backend.trim(base)
-    return min(times)
+    return float(np.median(times))
 
 
 class ModelledTimes:
