@@ -59,7 +59,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.engine.answer_tally import AnswerTally
 from localspec.engine.costs import VerifyCost
 from localspec.engine.drafting import Draft
 
@@ -104,11 +103,12 @@ SETTLED_SAMPLES = 3  # timings before a drafter may be judged hopeless by its co
 STRONG_MATCH = 12
 STRONG_PRIOR = 0.95
 # A drafter that cannot check once paused (a draft model on a CPU) ends the answer's drafting
-# when it pauses: it drafts on, short, while this answer's tokens leave at least this chance
-# that its acceptance is one where drafting pays (``AnswerTally``), until it has tried
-# FINAL_PAUSE_EVIDENCE tokens: then its estimates decide alone.
-FINAL_PAUSE_ODDS = 0.1
+# when it pauses. On a compute-bound CPU such a drafter pays only above 90-95% acceptance, and
+# one draft that breaks off after a few right tokens says little about that: while the
+# answer's tokens tried (checked or verified) are fewer than FINAL_PAUSE_EVIDENCE and at most
+# FINAL_PAUSE_MISSES of them were missed, it drafts on, short, instead of stopping.
 FINAL_PAUSE_EVIDENCE = 32
+FINAL_PAUSE_MISSES = 1.0
 # A weak match's first token is judged by what drafts on keys of the same length did in this
 # answer (KeyLengthOdds): weight of the per-position estimate in that judgement, in drafts.
 KEY_PRIOR_TRIES = 1.0
@@ -291,6 +291,27 @@ class AnswerLedger:
         self.rounds += seconds
 
 
+class AnswerTally:
+    """This answer's tokens tried and kept, checked or verified, undecayed (at temperature
+    > 0 a token counts its chance of acceptance, as the estimates do): what a pause that
+    cannot be taken back is judged on, where the decayed estimates, right for choosing a
+    length round by round, swing on one draft."""
+
+    def __init__(self) -> None:
+        self.kept = self.tried = 0.0
+
+    def reset(self) -> None:
+        self.kept = self.tried = 0.0
+
+    def record(self, kept: float, tried: float) -> None:
+        self.kept += kept
+        self.tried += tried
+
+    @property
+    def missed(self) -> float:
+        return self.tried - self.kept
+
+
 class FixedLengthController:
     """Drafts ``n_max`` tokens every round, never pauses, never checks (``--no-adaptive``;
     the grammar-forced drafter, whose drafts are dictated and free)."""
@@ -367,7 +388,7 @@ class AdaptiveController:
         self._strong_cap = n_max  # how long the next strong draft may be (see fit)
         self._resume_depth = 0  # how deep into a guess the next verified draft starts
         self._draft_cost = DraftCost()
-        self._tally = AnswerTally(PRIOR_ACCEPT, PRIOR_TRIES)  # for a pause that ends drafting
+        self._tally = AnswerTally()  # this answer's tokens, for a pause that ends drafting
         self._catch_up: float | None = None
         self._guess_length = 1  # tokens per shadow guess (see shadow_length)
         self._resume = min(RESUME_LENGTH, n_max)
@@ -719,22 +740,9 @@ class AdaptiveController:
 
     def _too_little_to_stop(self) -> bool:
         """Whether this answer's tokens are too few to end its drafting on: fewer than
-        FINAL_PAUSE_EVIDENCE tried, which leave at least FINAL_PAUSE_ODDS that drafting
-        pays (``AnswerTally``)."""
-        if self._tally.tried >= FINAL_PAUSE_EVIDENCE:
-            return False
-        return self._tally.chance(self._pays_at) >= FINAL_PAUSE_ODDS
-
-    def _pays_at(self, acceptance: np.ndarray) -> np.ndarray:
-        """For each acceptance per token (the same at every position), whether some draft
-        length would beat plain decoding (break-even: the question is whether to stop)."""
-        k = np.arange(self.n_max + 1)
-        a = acceptance[:, None]
-        expected = (1 - a ** (k + 1)) / (1 - a)  # 1 + a + ... + a^k tokens a round
-        assert self.cost is not None
-        speed = expected / (self.cost(k + 1) + self._draft_cost.per_token * k)
-        shortest = max(self.n_min, 1)
-        return speed[:, shortest:].max(axis=1) > speed[:, 0]
+        FINAL_PAUSE_EVIDENCE tried, at most FINAL_PAUSE_MISSES of them missed."""
+        tally = self._tally
+        return tally.tried < FINAL_PAUSE_EVIDENCE and tally.missed <= FINAL_PAUSE_MISSES
 
     def _budget_s(self) -> float:
         """SHADOW_BUDGET of a one-token target step, in seconds (0 without a cost curve)."""
