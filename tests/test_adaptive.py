@@ -33,6 +33,20 @@ def controller(n_max: int = 16, cost: VerifyCost = CPU, **kwargs) -> AdaptiveCon
     return AdaptiveController(n_max, VerifyCost(SIZES, cost.seconds.copy()), **kwargs)
 
 
+def kept_at(acceptance: float, seed: int) -> Callable[[int], int]:
+    """An acceptor for ``drive``: each drafted token kept with ``acceptance``, until one is
+    not."""
+    rng = np.random.default_rng(seed)
+
+    def kept(k: int) -> int:
+        n = 0
+        while n < k and rng.random() < acceptance:
+            n += 1
+        return n
+
+    return kept
+
+
 def drive(
     ctl: AdaptiveController,
     cost: VerifyCost,
@@ -378,15 +392,7 @@ def test_a_drafter_that_cannot_check_pauses_once_its_tokens_say_drafting_loses(
     for seed in range(4):
         ctl = controller(16, WIDE_PAYS)
         ctl.note_catch_up(0.1 * STEP)
-        rng = np.random.default_rng(seed)
-
-        def kept(k: int, rng: np.random.Generator = rng) -> int:
-            n = 0
-            while n < k and rng.random() < acceptance:
-                n += 1
-            return n
-
-        lengths = drive(ctl, WIDE_PAYS, kept, 120, 0.5 * STEP)
+        lengths = drive(ctl, WIDE_PAYS, kept_at(acceptance, seed), 120, 0.5 * STEP)
         assert sum(k for k in lengths if k > 0) <= adaptive.FINAL_PAUSE_EVIDENCE + 16, lengths
         assert ctl.paused and all(k <= 0 for k in lengths[-60:]), lengths
 
@@ -675,15 +681,7 @@ def test_a_drafter_that_cannot_check_once_paused_drafts_on_while_drafting_pays()
     for seed in range(6):
         ctl = controller(16, CPU)
         ctl.note_catch_up(0.1 * STEP)
-        rng = np.random.default_rng(seed)
-
-        def kept(k: int, rng: np.random.Generator = rng) -> int:
-            n = 0
-            while n < k and rng.random() < 0.9:
-                n += 1
-            return n
-
-        lengths = drive(ctl, CPU, kept, 300, draft_per_token=0.3 * STEP)
+        lengths = drive(ctl, CPU, kept_at(0.9, seed), 300, draft_per_token=0.3 * STEP)
         drafted.append(sum(k > 0 for k in lengths))
     started = [n for n in drafted if n > 0]
     assert sum(n > 250 for n in started) >= 3, drafted  # with a 5% margin: 1 of 4
