@@ -549,16 +549,16 @@ def test_a_draft_resumed_mid_guess_is_evidence_about_that_depth() -> None:
     assert after[0] >= 0.9 * before[0]  # position 0 only decays
 
 
-def drafting_lookup() -> AdaptiveController:
+def drafting_lookup(cost: VerifyCost = SMALL_CPU) -> AdaptiveController:
     """A lookup's controller drafting copied text (weak matches, every draft kept whole)."""
-    ctl = seen_lookup()
+    ctl = seen_lookup(cost)
     for _ in range(40):
         k = ctl.fit(Draft([5] * 48, match=8)) if not ctl.paused else 0
         if k == 0 and (n := ctl.shadow_length()):
-            ctl.observe(0, 0, 0.0, float(SMALL_CPU(np.array([1]))[0]))
+            ctl.observe(0, 0, 0.0, float(cost(np.array([1]))[0]))
             ctl.observe_shadow(ShadowCheck(1.0, 0.0, 0, True, n, 8))
             continue
-        ctl.observe(k, k, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+        ctl.observe(k, k, 0.0, float(cost(np.array([k + 1]))[0]))
     assert not ctl.paused
     return ctl
 
@@ -567,11 +567,10 @@ def test_a_key_length_whose_drafts_fail_is_checked_not_verified() -> None:
     """Four-token keys that recur by chance: after their drafts fail, a draft on such a key
     is not verified (its first token is checked for free instead), while drafts on longer
     keys, which keep picking the copy up, still are."""
-    ctl = drafting_lookup()
-    for _ in range(2):  # two chance matches, rejected at their first token
-        k = ctl.fit(Draft([5] * 48, match=4))
-        assert k > 0
-        ctl.observe(k, 0, 0.0, float(SMALL_CPU(np.array([k + 1]))[0]))
+    ctl = drafting_lookup(GPU)
+    k = ctl.fit(Draft([5] * 48, match=4))  # a chance match, rejected at its first token
+    assert k > 0
+    ctl.observe(k, 0, 0.0, float(GPU(np.array([k + 1]))[0]))
     assert not ctl.paused
     assert ctl.fit(Draft([5] * 48, match=4)) == 0
     assert ctl.shadow_length() == 1 and ctl.shadow_length() == 0  # one free check, once
@@ -591,6 +590,93 @@ def test_right_checks_bring_a_declined_key_length_back() -> None:
         ctl.observe_shadow(ShadowCheck(1.0, 0.0, 0, True, n, 4))
     assert ctl.fit(Draft([5] * 48, match=4)) > 0
     assert not ctl.paused  # the checks of declined drafts touch nothing else
+
+
+# the 1.5B Q4_K_M target on a 2-core CPU with AVX-512: every row of a short batch costs most
+# of a step (eight rows seven steps), only wide batches pay
+ROWS_COST = VerifyCost(SIZES, STEP * np.array([1.0, 1.82, 3.09, 6.87, 9.7, 14.9, 19.4]))
+
+
+def checked_key(ctl: AdaptiveController, key: int, outcomes: list[float]) -> None:
+    """Checks of drafts on ``key``-token matches (as ``fit`` declines them): what their
+    first tokens did."""
+    for acceptance in outcomes:
+        ctl.observe(0, 0, 0.0, STEP)
+        ctl.observe_shadow(ShadowCheck(acceptance, 0.0, 0, True, 1, key))
+
+
+@pytest.mark.parametrize("cost", [ROWS_COST, GPU], ids=["rows-cost-steps", "batch-is-free"])
+def test_a_doubtful_first_token_is_checked_before_a_batch_is_risked_on_it(
+    cost: VerifyCost,
+) -> None:
+    """Copied text, then keys whose first token is right four times in five. Where every row
+    costs most of a step, a draft rejected at its first token loses its whole batch: its
+    first token is checked in the plain step (free for a lookup) and the rest drafted on the
+    next. Where a batch costs a step, the draft is verified at once."""
+    ctl = drafting_lookup(cost)
+    checked_key(ctl, 4, [1.0, 1.0, 0.0, 1.0, 1.0])
+    k = ctl.fit(Draft(list(range(10, 58)), match=4))
+    if cost is GPU:
+        assert k > 0
+        return
+    assert k == 0 and ctl.shadow_length() == 1  # its first token, checked
+    checked_key(ctl, 4, [1.0])  # ... and taken: the next lookup goes on with the copy
+    before = ctl.acceptance().copy()
+    k = ctl.fit(Draft(list(range(11, 59)), match=5))
+    assert k > 0  # the rest of the draft, one token in
+    ctl.observe(k, 0, 0.0, float(cost(np.array([k + 1]))[0]))
+    after = ctl.acceptance()
+    assert after[1] < before[1]  # evidence about the depth it was drafted at
+    assert after[0] >= 0.9 * before[0]
+
+
+def test_a_checked_first_token_that_is_not_taken_leaves_the_next_draft_judged_afresh() -> None:
+    ctl = drafting_lookup(ROWS_COST)
+    checked_key(ctl, 4, [1.0, 1.0, 0.0, 1.0, 1.0])
+    assert ctl.fit(Draft(list(range(10, 58)), match=4)) == 0
+    checked_key(ctl, 4, [0.0])  # the target chose another token: another match, or none
+    assert ctl.fit(Draft(list(range(70, 118)), match=4)) == 0  # judged afresh: checked
+
+
+def copy_after_edits(cost: VerifyCost, first_kept: float, seed: int, rounds: int = 400) -> float:
+    """Speed over plain decoding (by ``cost``) of a lookup drafting a copy that an edit
+    breaks now and then: each draft (a 6-token key) keeps its first token with chance
+    ``first_kept``, and everything after a right first token; a verified draft ends where
+    the copy is left, and the next one starts afresh."""
+    rng = np.random.default_rng(seed)
+    ctl = controller(16, cost)
+    ctl.observe_shadow(ShadowCheck(0.0, 0.0, n_guessed=8))  # a lookup: its guesses are free
+    step = float(cost(np.array([1]))[0])
+    tokens, seconds, at = 0, 0.0, 0
+    right = rng.random() < first_kept
+    for _ in range(rounds):
+        k = ctl.fit(Draft(list(range(at, at + 16)), match=6))
+        if k == 0:  # a plain step, and a check of the draft's first token when asked
+            n = ctl.shadow_length()
+            ctl.observe(0, 0, 0.0, step)
+            if n:
+                ctl.observe_shadow(ShadowCheck(float(right), 0.0, 0, True, n, 6))
+            tokens, seconds, at = tokens + 1, seconds + step, at + 1
+            if not right:  # the target wrote something else: another place, another try
+                at, right = at + 1000, rng.random() < first_kept
+            continue
+        kept = k if right else 0
+        batch = float(cost(np.array([k + 1]))[0])
+        ctl.observe(k, kept, 0.0, batch)
+        tokens, seconds = tokens + kept + 1, seconds + batch
+        at, right = at + 1000, rng.random() < first_kept
+    return tokens / seconds * step
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_checking_doubtful_first_tokens_first_pays_where_rows_cost_steps(seed: int) -> None:
+    """Copies picked back up after edits, on a target whose every batch row costs most of
+    a step: verifying each draft at once risked its batch on a first token right three
+    times in five (0.95-1.05x plain); checking that token first, for free, and drafting
+    the rest once it is taken runs near the copy's speed."""
+    assert copy_after_edits(ROWS_COST, 0.6, seed) > 1.4
+    assert copy_after_edits(SMALL_CPU, 0.6, seed) > 1.8
+    assert copy_after_edits(GPU, 0.6, seed) > 7.0  # a free batch: verified at once
 
 
 def test_key_length_odds_lean_on_the_overall_estimate_until_they_have_evidence() -> None:

@@ -46,6 +46,10 @@ match) is copied text, verified at once on its own estimates; a shorter key is j
 its draft is verified, by how often drafts on keys of that length kept their first token in
 this answer (``KeyLengthOdds``): four tokens of prose recur by chance, and a draft on a key
 length that keeps failing is only checked (for free, as a shadow guess), not verified.
+Nor is a weak draft that pays always verified at once: where every row of a batch costs
+most of a step, one whose first token is doubtful would risk the whole batch on it. Its
+first token is then checked in the plain step, and the rest drafted next step once the
+target has taken it (``_check_first``: whichever is expected to save more steps).
 When even a fully accepted draft could not beat plain decoding (the drafter costs too much
 on this machine), the controller stops drafting and checking for the rest of the answer.
 The Engine keeps one controller per mode across generations: measured costs carry over.
@@ -112,6 +116,8 @@ FINAL_PAUSE_MISSES = 1.0
 # A weak match's first token is judged by what drafts on keys of the same length did in this
 # answer (KeyLengthOdds): weight of the per-position estimate in that judgement, in drafts.
 KEY_PRIOR_TRIES = 1.0
+# Tokens a draft must share with what followed a checked first token to continue it.
+CONTINUATION_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,21 @@ class AcceptanceEstimate:
             estimates[i] = (self.accepted[i] + weight * prior) / (self.tried[i] + weight)
             prior = estimates[i]
         return estimates
+
+
+def at_depth(acceptance: np.ndarray, depth: int) -> np.ndarray:
+    """Per-position estimates for a draft that starts ``depth`` tokens into a guessed
+    continuation (the deepest position's estimate stands for those beyond it)."""
+    if not depth:
+        return acceptance
+    return np.concatenate([acceptance[depth:], np.full(depth, acceptance[-1])])
+
+
+def continues(draft: Draft, rest: Sequence[int]) -> bool:
+    """Whether ``draft`` goes on with ``rest``, what a draft whose first token was checked
+    had after it (the same copy, one token on)."""
+    n = min(len(draft), len(rest), CONTINUATION_TOKENS)
+    return n > 0 and list(draft.tokens[:n]) == list(rest[:n])
 
 
 def kept_per_position(
@@ -385,6 +406,10 @@ class AdaptiveController:
         self._key_odds = KeyLengthOdds(STRONG_MATCH - 1)  # weak drafts' first tokens, per key
         self._round_key = 0  # the key length of the draft being verified
         self._declined = False  # fit declined a weak draft: its first token is checked instead
+        # a draft declined so that its first token is checked first: the tokens after it,
+        # while the check's step runs (``_checking``) and for the round after (``_checked``)
+        self._checking: tuple[int, ...] = ()
+        self._checked: tuple[int, ...] = ()
         self._strong_cap = n_max  # how long the next strong draft may be (see fit)
         self._resume_depth = 0  # how deep into a guess the next verified draft starts
         self._draft_cost = DraftCost()
@@ -417,6 +442,7 @@ class AdaptiveController:
         self._key_odds.reset()
         self._tally.reset()
         self._declined = False
+        self._checking = self._checked = ()
         self._strong_cap = self.n_max
         self._resume_depth = 0
         self._backoff = 0  # doublings of what a resume needs (MAX_BACKOFF)
@@ -524,26 +550,59 @@ class AdaptiveController:
         self._probe_round = self.paused and k > 0
         self._strong_round = False
         self._round_key = draft.match
+        checked, self._checked, self._checking = self._checked, (), ()
         if draft.match >= STRONG_MATCH and not self.hopeless:
             strong = self._best_length(acceptance=self._strong.estimates())
             k = max(k, min(strong, self._strong_cap))
             # whichever length won, the round is evidence about strong drafts only
             self._strong_round = k > 0
-        elif k and draft.match and not self._resume_depth and not self._key_pays(draft.match):
-            self._declined = True  # this round's shadow check guesses its first token
-            return 0
+        elif k and not self._resume_depth and continues(draft, checked):
+            # its first token was checked and taken: the rest is judged one token in (and
+            # grows as any draft does)
+            k = min(k, self._best_length(depth=1))
+            self._resume_depth = 1 if k else 0
+        elif k and draft.match and not self._resume_depth:
+            first = self._key_first(draft.match)
+            if not self._pays_with_first(first):
+                self._declined = True  # this round's shadow check guesses its first token
+                return 0
+            if self._check_first(first, min(k, len(draft))):
+                self._declined = True
+                self._checking = tuple(draft.tokens[1:])
+                return 0
         return min(k, len(draft))
 
-    def _key_pays(self, key: int) -> bool:
-        """Whether a weak draft on a ``key``-token match is worth verifying, judged with the
-        first-token odds of that key length in this answer (only ever more cautious than
-        the per-position estimates that chose to draft)."""
+    def _key_first(self, key: int) -> float:
+        """The chance that a weak draft on a ``key``-token match keeps its first token: the
+        first-token odds of that key length in this answer, never above the per-position
+        estimate (see ``KeyLengthOdds``)."""
+        overall = float(self.acceptance()[0])
+        return min(overall, self._key_odds.first_token(key, overall))
+
+    def _pays_with_first(self, first: float) -> bool:
+        """Whether drafting pays at all when the first token's chance is ``first``."""
         acceptance = self.acceptance()
-        first = self._key_odds.first_token(key, float(acceptance[0]))
         if first >= acceptance[0]:
             return True
         acceptance[0] = first
         return self._best_length(acceptance=acceptance) > 0
+
+    def _check_first(self, first: float, k: int) -> bool:
+        """Whether checking a weak draft's first token in this plain step (free for a
+        lookup), and drafting the rest next step once the target has taken it, is expected
+        to save more steps than verifying the ``k`` tokens now: where every row of a batch
+        costs most of a step, a draft rejected at its first token loses its whole batch."""
+        if self.n_min > 1 or not self._drafts_cost_nothing():
+            return False
+        assert self.cost is not None
+        acceptance = self.acceptance()
+        acceptance[0] = first
+        steps = self.cost(np.arange(1, k + 2))
+        steps = steps / steps[0]
+        now = 1.0 + float(np.cumprod(acceptance[:k]).sum()) - float(steps[k])
+        rest = np.concatenate([[0.0], np.cumsum(np.cumprod(acceptance[1:k]))])
+        later = first * float((1.0 + rest - steps[:k]).max())
+        return later > now
 
     def shadow_length(self) -> int:
         """How many tokens this plain round's shadow check guesses (0: no check): one, or
@@ -595,9 +654,11 @@ class AdaptiveController:
         (``odds``: see ``AcceptanceEstimate.record_round``; ``beyond``: a draft kept whole,
         the chance the drafter's next token would have been accepted too)."""
         self._since_shadow += 1
+        self._checked, self._checking = self._checking, ()
         self.cost.observe(n_drafted + 1, verify_s)
         if not n_drafted:
             self._probe_round = False  # a probe cut to a check (``SpeculativeLoop.cut``)
+            self._resume_depth = 0  # the draft judged at that depth was not verified
             return  # a plain round (or a lookup that found nothing): nothing to decide
         self._record_draft_cost(n_drafted, draft_s)
         self._curve_confirmed = True
@@ -676,6 +737,11 @@ class AdaptiveController:
             return
         if position == 0:
             self._key_odds.record(check.match, acceptance)
+        if not self.paused and self._checked and position == 0:
+            # a first token checked rather than verified: as a verified one, evidence
+            # about every weak draft's first token
+            self._estimate.decay()
+            self._estimate.record_position(0, acceptance)
         if not self.paused:  # the check of a draft fit declined: evidence about its key only
             return
         if position == 0:
@@ -780,7 +846,7 @@ class AdaptiveController:
         the draft budget of a step shared with other generations (``engine/budget.py``)."""
         if draft.match >= STRONG_MATCH:
             return self._strong.estimates()
-        return self.acceptance()
+        return at_depth(self.acceptance(), self._resume_depth)
 
     def paid_draft(self) -> tuple[np.ndarray, float] | None:
         """For a drafter that pays for each token it drafts (a draft model): the acceptance
@@ -853,8 +919,7 @@ class AdaptiveController:
         estimates than this controller's own)."""
         if acceptance is None:
             acceptance = self.acceptance()
-        acceptance = np.concatenate([acceptance[depth:], np.full(depth, acceptance[-1])])
-        speed = self._speeds(acceptance)
+        speed = self._speeds(at_depth(acceptance, depth))
         lengths = np.arange(max(self.n_min, 1), self.n_max + 1)
         best = int(lengths[np.argmax(speed[lengths])]) if lengths.size else 0
         # a margin: at break-even the estimates' noise makes drafting lose on average
