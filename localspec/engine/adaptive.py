@@ -562,41 +562,30 @@ class AdaptiveController:
             k = min(k, self._best_length(depth=1))
             self._resume_depth = 1 if k else 0
         elif k and draft.match and not self._resume_depth:
-            first = self._key_first(draft.match)
-            if not self._pays_with_first(first):
+            # the estimates with the first token's chance on this key length (computed once:
+            # both judgements below read them)
+            acceptance = self.acceptance()
+            first = min(acceptance[0], self._key_odds.first_token(draft.match, acceptance[0]))
+            with_first = np.concatenate([[first], acceptance[1:]])
+            if first < acceptance[0] and not self._best_length(acceptance=with_first):
                 self._declined = True  # this round's shadow check guesses its first token
                 return 0
-            if self._check_first(first, min(k, len(draft))):
+            if self._check_first(with_first, min(k, len(draft))):
                 self._declined = True
                 self._checking = tuple(draft.tokens[1:])
                 return 0
         return min(k, len(draft))
 
-    def _key_first(self, key: int) -> float:
-        """The chance that a weak draft on a ``key``-token match keeps its first token: the
-        first-token odds of that key length in this answer, never above the per-position
-        estimate (see ``KeyLengthOdds``)."""
-        overall = float(self.acceptance()[0])
-        return min(overall, self._key_odds.first_token(key, overall))
-
-    def _pays_with_first(self, first: float) -> bool:
-        """Whether drafting pays at all when the first token's chance is ``first``."""
-        acceptance = self.acceptance()
-        if first >= acceptance[0]:
-            return True
-        acceptance[0] = first
-        return self._best_length(acceptance=acceptance) > 0
-
-    def _check_first(self, first: float, k: int) -> bool:
+    def _check_first(self, acceptance: np.ndarray, k: int) -> bool:
         """Whether checking a weak draft's first token in this plain step (free for a
         lookup), and drafting the rest next step once the target has taken it, is expected
-        to save more steps than verifying the ``k`` tokens now: where every row of a batch
-        costs most of a step, a draft rejected at its first token loses its whole batch."""
+        to save more steps than verifying the ``k`` tokens now (``acceptance``: the draft's
+        per-position estimates): where every row of a batch costs most of a step, a draft
+        rejected at its first token loses its whole batch."""
         if self.n_min > 1 or not self._drafts_cost_nothing():
             return False
         assert self.cost is not None
-        acceptance = self.acceptance()
-        acceptance[0] = first
+        first = float(acceptance[0])
         steps = self.cost(np.arange(1, k + 2))
         steps = steps / steps[0]
         now = 1.0 + float(np.cumprod(acceptance[:k]).sum()) - float(steps[k])
