@@ -3,6 +3,7 @@ on the real SmolLM2-135M."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -277,6 +278,26 @@ def health(base: str) -> dict:  # type: ignore[type-arg]
     return httpx.get(f"{base}/health").json()
 
 
+def leave_a_whole_answer(
+    base: str, path: str, body: dict[str, object], headers: dict[str, str] | None = None
+) -> None:
+    """Ask for a whole (non-streamed) answer and go away once its generation runs. The
+    answer must outlast the leaving: a client that timed out instead would race an answer
+    that ends early on a fast machine."""
+
+    async def ask_and_leave() -> None:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            asked = asyncio.create_task(client.post(path, json=body, headers=headers))
+            while not (await client.get("/health")).json()["busy"] and not asked.done():
+                await asyncio.sleep(0.01)
+            asked.cancel()  # closes the connection
+            with contextlib.suppress(asyncio.CancelledError):
+                answer = await asked
+                raise AssertionError(f"answered before the client left: {answer.status_code}")
+
+    asyncio.run(ask_and_leave())
+
+
 def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
     """One generation runs, one waits (max_queue=1), a third gets 429. The waiter gives up
     without disturbing the running one; a client that disconnects mid-stream frees the
@@ -323,8 +344,7 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
     first.join()
     assert "finished" not in results
     wait_for(lambda: not health(base)["busy"], seconds=5)  # stopped within a step or so
-    with contextlib.suppress(httpx.TimeoutException):  # a whole answer the client stops awaiting
-        post(base, "/v1/completions", {**long_body, "stream": False}, timeout=1.0)
+    leave_a_whole_answer(base, "/v1/completions", {**long_body, "stream": False})
     wait_for(lambda: not health(base)["busy"], seconds=5)
     ok = post(base, "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "temperature": 0})
     assert ok.status_code == 200
