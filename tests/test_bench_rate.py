@@ -92,10 +92,11 @@ def test_requests_are_sent_at_their_times_whatever_still_runs() -> None:
     t0 = time.perf_counter()
     timing = ar.run_arrivals(send, plan, threading.Event())
     offsets = [sent[i] - t0 for i in range(3)]
-    assert offsets == pytest.approx([0.0, 0.1, 0.2], abs=0.08)
-    assert timing.tokens == 33 and timing.wall_s < 1.0
+    # a closed loop would send at 0, 0.5 and 1.0 s; the margins are a busy 2-core machine's
+    assert offsets == pytest.approx([0.0, 0.1, 0.2], abs=0.15)
+    assert timing.tokens == 33 and timing.wall_s < 1.3
     assert [s.client for s in timing.spans] == [0, 1, 2]  # in arrival order
-    assert all(0.45 < x < 0.65 for x in timing.latencies_s)  # from arrival to answer
+    assert all(0.45 < x < 0.8 for x in timing.latencies_s)  # from arrival to answer
 
 
 def test_a_failure_stops_the_arrivals_and_is_raised() -> None:

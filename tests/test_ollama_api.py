@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from localspec import Engine
 from localspec.server.app import ServerSettings
-from tests.test_server import LiveServer, post, requests_counted, wait_for
+from tests.test_server import LiveServer, leave_a_whole_answer, post, requests_counted, wait_for
 
 AUTH = {"Authorization": "Bearer k1"}
 TYPED_NAME = "smollm2-135m"  # the name the model was served under (``model_names``)
@@ -255,19 +254,8 @@ def test_whole_answers_end_a_generation_the_client_stops_awaiting(base: str, nam
         "stream": False,
         "options": {**GREEDY, "num_predict": 900},
     }
-    done = threading.Event()
-
-    def impatient() -> None:
-        try:
-            post(base, "/api/generate", body, headers=AUTH, timeout=1.0)
-        except httpx.TimeoutException:
-            done.set()
-
     left_before = counted(base, "/api/generate", 499)
-    thread = threading.Thread(target=impatient)
-    thread.start()
-    thread.join()
-    assert done.is_set()
+    leave_a_whole_answer(base, "/api/generate", body, AUTH)
     wait_for(lambda: counted(base, "/api/generate", 499) == left_before + 1, seconds=10)
     assert health(base)["slots_busy"] == 0
 

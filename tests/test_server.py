@@ -319,12 +319,19 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
                 if stop_reading.is_set():
                     break  # the client goes away mid-stream
 
-    def waiting() -> None:
-        try:
-            post(base, "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=2.0)
-            results["waiter"] = "served"
-        except httpx.TimeoutException:
-            results["waiter"] = "gave up"
+    give_up = threading.Event()
+
+    def waiting() -> None:  # leaves when told to, not on a timeout the answer could outrun
+        async def wait_then_leave() -> None:
+            async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+                short = {"prompt": "x", "max_tokens": 2}
+                asked = asyncio.create_task(client.post("/v1/completions", json=short))
+                while not give_up.is_set() and not asked.done():
+                    await asyncio.sleep(0.01)
+                results["waiter"] = "served" if asked.done() else "gave up"
+                asked.cancel()
+
+        asyncio.run(wait_then_leave())
 
     left_before = requests_counted(base, "/v1/completions", 499)
     first = threading.Thread(target=running)
@@ -336,6 +343,7 @@ def test_queue_limit_disconnect_and_cancelled_waiter(base: str) -> None:
     third = post(base, "/v1/completions", {"prompt": "x", "max_tokens": 2})
     assert third.status_code == 429 and third.headers["retry-after"] == "1"
     assert third.json()["error"]["type"] == "rate_limit_error"
+    give_up.set()
     waiter.join()
     assert results["waiter"] == "gave up"
     wait_for(lambda: health(base)["queue_depth"] == 0)  # the server saw it leave the queue

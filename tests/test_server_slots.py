@@ -163,8 +163,10 @@ def test_a_client_leaving_mid_batch_disturbs_no_one(base: str) -> None:
         thread.join(120)
     for mine, lines in zip(alone, got.values(), strict=True):
         assert lines[-1][1] == "data: [DONE]"
-        assert len(streamed_tops(lines)) == len(mine)  # the same end (40 tokens or its own)
-        assert same_up_to_a_near_tie(mine, streamed_tops(lines))
+        theirs = streamed_tops(lines)
+        assert same_up_to_a_near_tie(mine, theirs)  # a tipped near tie may end it elsewhere
+        if all(a[0] == b[0] for a, b in zip(mine, theirs, strict=False)):
+            assert len(theirs) == len(mine)  # the same end (40 tokens or its own)
     wait_for(lambda: health(base)["slots_busy"] == 0, seconds=10)
 
 
