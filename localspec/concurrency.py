@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from localspec.prompts import PromptCase
 
 PLAIN, FIXED, LOAD_AWARE = "plain", "fixed", "load-aware"
+NOTABLE_SPREAD = 0.05  # a spread of plain batching's repeats worth a line of its own
 CONFIGS = (PLAIN, FIXED, LOAD_AWARE)
 NATIVE_PREFIX = "native "  # llama-server's configurations: "native plain", "native ngram-simple"
 MAX_CONCURRENCY = MAX_SLOTS  # as many as an Engine has slots
@@ -384,6 +385,20 @@ def native_ratios(points: Sequence[Point], in_flight: bool = False) -> dict[int,
     return out
 
 
+def repeats_spread(points: Sequence[Point]) -> tuple[float, int] | None:
+    """The widest spread of plain batching's repeats, (max - min) / min of their aggregate
+    tok/s, and the concurrency where it was; None without repeats. Each repeat sends the
+    requests in another order, but plain batching's throughput hardly depends on it: what
+    parts them is mostly the machine (on a shared host, its neighbours), which moves every
+    configuration's figures as much."""
+    spreads = [
+        ((p.tokens_per_s_max - p.tokens_per_s_min) / p.tokens_per_s_min, p.concurrency)
+        for p in points
+        if p.config == PLAIN and p.tokens_per_s_min > 0
+    ]
+    return max(spreads) if spreads else None
+
+
 def meaning(points: Sequence[Point]) -> list[str]:
     """What the figures say, one line each: the crossover, the best configuration per
     concurrency, and the comparison with llama.cpp's server."""
@@ -413,6 +428,12 @@ def meaning(points: Sequence[Point]) -> list[str]:
         lines.append(
             f"{plural(n, 'client')}: {best.config} is fastest "
             f"({best.tokens_per_s:.1f} tok/s{versus})"
+        )
+    spread = repeats_spread(points)
+    if spread is not None and spread[0] > NOTABLE_SPREAD:
+        lines.append(
+            f"spread: plain batching's repeats at {plural(spread[1], 'client')} differ by "
+            f"{spread[0]:.0%}: configurations closer than that are not told apart by this run"
         )
     in_flight = native_ratios(points, in_flight=True)
     for n, (ratio, config) in sorted(native_ratios(points).items()):

@@ -209,6 +209,18 @@ def test_the_native_ratio_takes_the_best_native_configuration() -> None:
     assert any("in flight 1.10x (native plain)" in line for line in cc.meaning(points))
 
 
+def test_a_run_whose_plain_repeats_part_says_what_it_cannot_tell_apart() -> None:
+    steady = [point(cc.PLAIN, 4, 60), point(cc.LOAD_AWARE, 4, 58)]
+    assert not any(line.startswith("spread") for line in cc.meaning(steady))
+    parted = [replace(steady[0], tokens_per_s_min=54.5, tokens_per_s_max=61.1), steady[1]]
+    parted += [replace(point(cc.PLAIN, 8, 64), tokens_per_s_min=61.7, tokens_per_s_max=66.9)]
+    assert cc.repeats_spread(parted) == (pytest.approx(0.121, abs=0.001), 4)
+    assert (
+        "spread: plain batching's repeats at 4 clients differ by 12%: configurations closer "
+        "than that are not told apart by this run"
+    ) in cc.meaning(parted)
+
+
 # ----- llama-server ------------------------------------------------------------------------------
 
 
