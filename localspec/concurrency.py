@@ -387,10 +387,10 @@ def native_ratios(points: Sequence[Point], in_flight: bool = False) -> dict[int,
 
 def repeats_spread(points: Sequence[Point]) -> tuple[float, int] | None:
     """The widest spread of plain batching's repeats, (max - min) / min of their aggregate
-    tok/s, and the concurrency where it was; None without repeats. Each repeat sends the
-    requests in another order (with few requests a client, other prompts), and the machine
-    moves between repeats (on a shared host, with its neighbours): every configuration's
-    median carries as much."""
+    tok/s, and the concurrency where it was (None: plain batching did not run; 0 with one
+    repeat). Each repeat sends the requests in another order (with few requests a client,
+    other prompts), and the machine moves between repeats (on a shared host, with its
+    neighbours): every configuration's median carries as much."""
     spreads = [
         ((p.tokens_per_s_max - p.tokens_per_s_min) / p.tokens_per_s_min, p.concurrency)
         for p in points
