@@ -18,7 +18,9 @@ import pytest
 from localspec import concurrency as cc
 from localspec import native_server as ns
 from localspec.cli import main
+from localspec.commands.bench_concurrency import Load, with_native
 from localspec.errors import LocalspecError
+from localspec.prompts import select_prompts
 
 
 def point(config: str, n: int, speed: float) -> cc.Point:
@@ -284,6 +286,40 @@ def test_the_server_is_started_asked_and_stopped(tmp_path: Path) -> None:
             assert timing.tokens == 28 and len(timing.latencies_s) == 4
         with pytest.raises(LocalspecError, match="did not answer"):  # stopped on the way out
             ns.completion(url, {"prompt": "a"})
+
+
+def test_llama_servers_run_between_localspecs_runs_and_stop_with_the_level(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    record_pid = f"import os; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')"
+    script = stand_in(arg_checks=record_pid)
+    settings = stand_in_settings(tmp_path, script)
+    log = (tmp_path / ns.SERVER).with_suffix(".log")
+    stop = threading.Event()
+    prompts = [replace(select_prompts("qa")[0], schema=None)] * 2
+    load = Load(prompts, 1, 2, 7, 0.0, "ngram-simple", stop)
+
+    def send(request: cc.Request) -> int:  # localspec's side, in the servers' log
+        with log.open("a") as f:
+            f.write("here\n")
+        return 7
+
+    def here(load: Load, configs, level: int):  # type: ignore[no-untyped-def]
+        return cc.run_level(configs, level, load.requests, 2, load.repeats, stop)
+
+    runs = list(with_native(load, [cc.Config(cc.PLAIN, send)], settings, ["a", "b"], 1, 1, here))
+    assert [r.config for r in runs] == [
+        cc.PLAIN, "native plain", "native ngram-simple",  # repeat 1
+        "native plain", "native ngram-simple", cc.PLAIN,  # repeat 2, rotated
+    ]  # fmt: skip
+    # the servers' warm-ups, then every request in that order, in one log
+    assert log.read_text().splitlines() == [
+        "server none 8", "server ngram-simple 8",
+        "here", "server none 7", "server ngram-simple 7",
+        "server none 7", "server ngram-simple 7", "here",
+    ]  # fmt: skip
+    for pid in map(int, pids.read_text().split()):  # both servers stopped with the level
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_a_server_that_fails_to_load_says_why(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from localspec import arrivals as ar
 from localspec import concurrency as cc
 from localspec import native_server as ns
 from localspec.cli import main
-from localspec.commands.bench_concurrency import Load, measure_native
+from localspec.commands.bench_concurrency import Load, with_native
 from tests.test_bench_concurrency import stand_in, stand_in_settings
 
 
@@ -179,7 +179,7 @@ def test_llama_server_gets_the_same_arrivals_with_as_many_slots(tmp_path: Path) 
     def here(load: Load, configs, rate: float):  # type: ignore[no-untyped-def]
         return ar.run_rate(configs, rate, load.requests, len(load.prompts), load.repeats, stop)
 
-    runs = list(measure_native(load, settings, ["a", "b"], 20.0, 3, here))
+    runs = list(with_native(load, [], settings, ["a", "b"], 3, 20.0, here))
     assert [r.config for r in runs] == ["native plain", "native ngram-simple"]
     assert all(r.tokens == 28 and len(r.latencies_s) == 4 for r in runs)
     log = (tmp_path / ns.SERVER).with_suffix(".log").read_text().split("\n")

@@ -9,9 +9,8 @@ import json
 import platform
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -55,12 +54,10 @@ def run_concurrency(args: argparse.Namespace) -> int:
         n_prompts = len(load.prompts)
         return cc.run_level(configs, level, load.requests, n_prompts, load.repeats, load.stop)
 
-    def there(
-        load: Load, server: ns.ServerSettings, texts: Sequence[str], level: int
-    ) -> Iterator[cc.BatchRun]:
-        return measure_native(load, server, texts, level, level, here)
+    def native_slots(level: int) -> int:  # llama-server -np N for N clients
+        return level
 
-    measured = measure_levels(args, levels, max(levels), per_client, here, there, batch_line)
+    measured = measure_levels(args, levels, max(levels), per_client, here, native_slots, batch_line)
     header = title(args, measured, "--concurrency", f"{per_client} request(s) per client")
     points = cc.summarise(measured.runs)
     report(args, report_console(), header, measured, points)
@@ -121,13 +118,13 @@ def measure_levels(
     slots: int,
     requests: int,
     here: Callable[[Load, Sequence[cc.Config], Level], Iterator[R]],
-    there: Callable[[Load, ns.ServerSettings, Sequence[str], Level], Iterator[R]],
+    native_slots: Callable[[Level], int],
     line: Callable[[R], str],
 ) -> Measured[R]:
     """Load one engine with ``slots`` slots and run its configurations at every level
-    (``here``), then llama-server's (``there``, with ``--native``); each run's progress
-    ``line`` on standard error. Ctrl-C or a failing llama-server ends the levels early and
-    keeps what was measured."""
+    (``here``), with ``--native`` llama-server's too (``native_slots(level)`` slots),
+    interleaved with them; each run's progress ``line`` on standard error. Ctrl-C or a
+    failing llama-server ends the levels early and keeps what was measured."""
     from localspec.api import Engine
 
     mode = check_args(args)
@@ -160,12 +157,12 @@ def measure_levels(
             curve = engine.verify_cost(spec.n_max).frozen()  # the warm-up calibrated it
             console.print(f"  {curve_line(curve)}")
             for level in levels:
-                batches = here(load, configs, level)
-                if server is not None:
-                    batches = chain(batches, there(load, server, texts, level))
-                for run in batches:
-                    console.print(f"  [{run.repeat + 1}/{args.repeat}] {line(run)}")
-                    runs.append(run)
+                n = native_slots(level)
+                level_runs = with_native(load, configs, server, texts, n, level, here)
+                with closing(level_runs):  # its servers stop at once however the loop ends
+                    for run in level_runs:
+                        console.print(f"  [{run.repeat + 1}/{args.repeat}] {line(run)}")
+                        runs.append(run)
         except KeyboardInterrupt:
             stop.set()
             interrupted = True
@@ -199,26 +196,41 @@ class Load:
     stop: threading.Event
 
 
-def measure_native(
+def with_native(
     load: Load,
-    server: ns.ServerSettings,
+    configs: Sequence[cc.Config],
+    server: ns.ServerSettings | None,
     texts: Sequence[str],
-    level: Level,
     slots: int,
+    level: Level,
     run: Callable[[Load, Sequence[cc.Config], Level], Iterator[R]],
 ) -> Iterator[R]:
-    """llama-server plain, then with its own speculation, each on a server of its own with
-    ``slots`` slots (two servers at once would share the cores even while one waits), its
-    configuration ``run`` at ``level``."""
+    """The runs at one level: ``configs``, and with ``server`` llama-server plain and with
+    its own speculation (``slots`` slots each), all interleaved by ``run`` (each repeat runs
+    every configuration, the order rotated). A bench takes many minutes, over which a shared
+    machine's speed drifts by more than the gaps it measures; runs of the two servers next to
+    localspec's keep that drift out of their ratio. Both servers are up for the level, warmed,
+    and stopped when it ends however it ends: an idle llama-server takes no CPU."""
+    with ExitStack() as stack:
+        natives = [] if server is None else native_configs(load, server, texts, slots, stack)
+        yield from run(load, [*configs, *natives], level)
+
+
+def native_configs(
+    load: Load, server: ns.ServerSettings, texts: Sequence[str], slots: int, stack: ExitStack
+) -> list[cc.Config]:
+    """llama-server plain, and with its own speculation, each a server of its own with
+    ``slots`` slots, started (stopped with ``stack``) and warmed up."""
     schemas = [p.schema for p in load.prompts]
-    stop = load.stop
+    configs = []
     for native_mode in ("none", load.mode):
         name = cc.NATIVE_PREFIX + ("plain" if native_mode == "none" else native_mode)
-        with ns.running_server(server, slots, native_mode) as url:
-            warm = ns.server_sender(url, texts, schemas, WARM_UP_TOKENS, load.temperature, stop)
-            cc.run_batch(warm, [[cc.Request(0, 0)]], stop)
-            send = ns.server_sender(url, texts, schemas, load.n_tokens, load.temperature, stop)
-            yield from run(load, [cc.Config(name, send)], level)
+        url = stack.enter_context(ns.running_server(server, slots, native_mode))
+        warm = ns.server_sender(url, texts, schemas, WARM_UP_TOKENS, load.temperature, load.stop)
+        cc.run_batch(warm, [[cc.Request(0, 0)]], load.stop)
+        send = ns.server_sender(url, texts, schemas, load.n_tokens, load.temperature, load.stop)
+        configs.append(cc.Config(name, send))
+    return configs
 
 
 def check_args(args: argparse.Namespace) -> str:

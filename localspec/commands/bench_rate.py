@@ -13,7 +13,6 @@ from rich.console import Console
 
 from localspec import arrivals as ar
 from localspec import concurrency as cc
-from localspec import native_server as ns
 from localspec.commands.bench_concurrency import (
     Load,
     Measured,
@@ -21,7 +20,6 @@ from localspec.commands.bench_concurrency import (
     config_lines,
     config_plot,
     measure_levels,
-    measure_native,
     order,
     print_footer,
     title,
@@ -47,12 +45,10 @@ def run_rate_bench(args: argparse.Namespace) -> int:
     def here(load: Load, configs: Sequence[cc.Config], rate: float) -> Iterator[ar.RateRun]:
         return ar.run_rate(configs, rate, load.requests, len(load.prompts), load.repeats, load.stop)
 
-    def there(
-        load: Load, server: ns.ServerSettings, texts: Sequence[str], rate: float
-    ) -> Iterator[ar.RateRun]:
-        return measure_native(load, server, texts, rate, slots, here)
+    def native_slots(rate: float) -> int:  # llama-server with as many slots at every rate
+        return slots
 
-    measured = measure_levels(args, rates, slots, requests, here, there, rate_line)
+    measured = measure_levels(args, rates, slots, requests, here, native_slots, rate_line)
     load = f"{requests} requests per rate, {slots} slots"
     header = title(args, measured, "--rate", load)
     points = ar.summarise_rates(measured.runs)
