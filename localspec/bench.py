@@ -8,9 +8,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from localspec.api import Engine
+from localspec.engine.costs import VerifyCost
 from localspec.engine.loop import SpecConfig
 from localspec.fileops import atomic_path
 from localspec.lossless import compare
@@ -22,6 +24,7 @@ from localspec.measure import (
     undrafted,
     unearned,
 )
+from localspec.native import NativeRun
 from localspec.prompts import PromptCase
 
 
@@ -47,6 +50,23 @@ class Run:
     # plain decoding's cost for these tokens over this run's, priced on the calibrated cost
     # curve (``measure.predicted_speedup``): the figure the clock's noise does not move
     predicted: float | None = None
+
+
+@dataclass(frozen=True)
+class NativeCellRun:
+    """llama.cpp's own tool on one prompt of a cell, run among localspec's runs of it."""
+
+    mode: str
+    prompt: str
+    kind: str
+    temperature: float
+    repeat: int
+    run: NativeRun
+
+
+# llama.cpp's tool on (mode, prompt, temperature, repeat); None: no run (no counterpart, or
+# the tool failed earlier)
+NativeTool = Callable[[str, PromptCase, float, int], NativeRun | None]
 
 
 @dataclass(frozen=True)
@@ -144,53 +164,77 @@ def run_cells(
     repeats: int,
     seed: int = 0,
     spec_for: Callable[[str], SpecConfig] | None = None,
-) -> Iterator[Run]:
-    """Interleave: repeat > prompt > temperature > plain and each mode, in an order that
-    rotates with the repeat (a machine that slows down over consecutive runs, as a burstable
-    VM does, would otherwise always penalise the modes that run after plain decoding)."""
-    order = ["none", *[m for m in modes if m != "none"]]
+    native: NativeTool | None = None,
+) -> Iterator[Run | NativeCellRun]:
+    """Interleave: repeat > prompt > temperature > plain, each mode and, with ``native``,
+    llama.cpp's tool in each mode, in an order that rotates with the repeat (a machine that
+    slows down over consecutive runs, as a burstable VM does, would otherwise always penalise
+    the modes that run after plain decoding, and a tool run minutes after localspec's would
+    compare two moments of the machine)."""
+    modes = [m for m in modes if m != "none"]
+    order = [(False, "none"), *[(False, m) for m in modes]]
+    order += [(True, m) for m in modes] if native is not None else []
     grammars = {case.name: case.grammar for case in prompts}  # converted once
     cost, draft_step = engine.verify_cost(), engine.draft_step_seconds()
+    one = partial(_run, engine, n_tokens, spec_for, cost, draft_step)
     for repeat in range(repeats):
         shift = repeat % len(order)
         for case in prompts:
             for temp in temps:
-                for mode in order[shift:] + order[:shift]:
-                    engine.memory.clear()  # each cell is a fresh request, not a repeat
-                    r = engine.generate(
-                        case.messages,
-                        chat=True,
-                        max_tokens=n_tokens,
-                        temperature=temp,
-                        seed=seed + repeat,
-                        mode=mode,
-                        spec=spec_for(mode) if spec_for else None,
-                        record_margins=(mode == "none" and temp == 0),
-                        grammar=grammars[case.name],
-                    )
-                    s = r.stats
-                    yield Run(
-                        mode,
-                        case.name,
-                        case.kind,
-                        temp,
-                        repeat,
-                        s.n_tokens,
-                        s.gen_ms,
-                        s.tokens_per_s,
-                        s.drafted,
-                        s.accepted,
-                        s.mean_acceptance_length,
-                        s.acceptance_per_position,
-                        s.draft_ms,
-                        s.verify_ms,
-                        tuple(r.tokens),
-                        tuple(r.margins),
-                        tuple(r.runners_up),
-                        None
-                        if mode == "none"
-                        else predicted_speedup(s, cost, draft_step_for(mode, s, draft_step)),
-                    )
+                for tool, mode in order[shift:] + order[:shift]:
+                    if not tool:
+                        yield one(case, grammars[case.name], mode, temp, seed + repeat, repeat)
+                    elif native is not None and (ran := native(mode, case, temp, seed + repeat)):
+                        yield NativeCellRun(mode, case.name, case.kind, temp, repeat, ran)
+
+
+def _run(
+    engine: Engine,
+    n_tokens: int,
+    spec_for: Callable[[str], SpecConfig] | None,
+    cost: VerifyCost,
+    draft_step: float | None,
+    case: PromptCase,
+    grammar: str | None,
+    mode: str,
+    temp: float,
+    seed: int,
+    repeat: int,
+) -> Run:
+    """One of localspec's runs of a cell: a fresh request, timed."""
+    engine.memory.clear()  # each cell is a fresh request, not a repeat
+    r = engine.generate(
+        case.messages,
+        chat=True,
+        max_tokens=n_tokens,
+        temperature=temp,
+        seed=seed,
+        mode=mode,
+        spec=spec_for(mode) if spec_for else None,
+        record_margins=(mode == "none" and temp == 0),
+        grammar=grammar,
+    )
+    s = r.stats
+    return Run(
+        mode,
+        case.name,
+        case.kind,
+        temp,
+        repeat,
+        s.n_tokens,
+        s.gen_ms,
+        s.tokens_per_s,
+        s.drafted,
+        s.accepted,
+        s.mean_acceptance_length,
+        s.acceptance_per_position,
+        s.draft_ms,
+        s.verify_ms,
+        tuple(r.tokens),
+        tuple(r.margins),
+        tuple(r.runners_up),
+        None if mode == "none" else predicted_speedup(s, cost, draft_step_for(mode, s, draft_step)),
+    )
 
 
 def summarise(runs: Sequence[Run]) -> list[Cell]:

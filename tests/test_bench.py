@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from localspec import native
-from localspec.bench import Run, run_cells
+from localspec.bench import NativeCellRun, Run, run_cells, summarise
 from localspec.cli import main
 from localspec.engine.costs import VerifyCost
 from localspec.engine.spec_memory import SpecMemory
@@ -264,33 +264,73 @@ def test_a_lookup_that_drafted_nothing_ran_plain_steps() -> None:
     assert not next(c for c in drafted if c.mode == "ngram-simple").noisy  # a real cost
 
 
+class Recorder:
+    """A recording stand-in for the engine: the (seed, mode) of each generation asked."""
+
+    memory = SpecMemory()
+
+    def __init__(self) -> None:
+        self.order: list[tuple[int, str]] = []
+
+    def generate(self, text: str, **kwargs: object) -> SimpleNamespace:
+        self.order.append((kwargs["seed"], kwargs["mode"]))  # type: ignore[arg-type]
+        return SimpleNamespace(stats=Stats(), tokens=[], margins=[], runners_up=[])
+
+    def verify_cost(self) -> VerifyCost:
+        return VerifyCost(np.array([1, 2]), np.array([0.01, 0.015]))
+
+    def draft_step_seconds(self) -> None:
+        return None
+
+
 def test_mode_order_rotates_with_the_repeat() -> None:
-    """Scheduling only (a recording stand-in for the engine): each mode, plain included,
-    takes each place in the order once over as many repeats as there are modes."""
-    order: list[tuple[int, str]] = []
-
-    class Recorder:
-        memory = SpecMemory()
-
-        def generate(self, text: str, **kwargs: object) -> SimpleNamespace:
-            order.append((kwargs["seed"], kwargs["mode"]))  # type: ignore[arg-type]
-            return SimpleNamespace(stats=Stats(), tokens=[], margins=[], runners_up=[])
-
-        def verify_cost(self) -> VerifyCost:
-            return VerifyCost(np.array([1, 2]), np.array([0.01, 0.015]))
-
-        def draft_step_seconds(self) -> None:
-            return None
-
+    """Scheduling only: each mode, plain included, takes each place in the order once over
+    as many repeats as there are modes."""
+    engine = Recorder()
     case = PromptCase("p", "qa", "en", "hello")
-    runs = list(run_cells(Recorder(), ["ngram-simple", "draft-self"], [case], [0.0], 8, 3))  # type: ignore[arg-type]
+    runs = list(run_cells(engine, ["ngram-simple", "draft-self"], [case], [0.0], 8, 3))  # type: ignore[arg-type]
     assert len(runs) == 9
-    by_repeat = [[mode for seed, mode in order if seed == r] for r in range(3)]
+    by_repeat = [[mode for seed, mode in engine.order if seed == r] for r in range(3)]
     assert by_repeat == [
         ["none", "ngram-simple", "draft-self"],
         ["ngram-simple", "draft-self", "none"],
         ["draft-self", "none", "ngram-simple"],
     ]
+
+
+def test_the_native_tool_runs_among_localspecs_runs_of_each_prompt() -> None:
+    """llama.cpp's tool takes its turns in the rotation beside localspec's modes (a tool run
+    minutes later would time another moment of the machine), with the repeat's seed; a mode
+    it has no counterpart for is skipped, and its runs make the cells' native figures."""
+    from localspec.commands.bench import with_native
+
+    engine = Recorder()
+
+    def tool(mode: str, case: PromptCase, temperature: float, seed: int) -> native.NativeRun | None:
+        engine.order.append((seed, f"native {mode}"))
+        return native.NativeRun(20.0 + seed, 0, 0) if mode == "ngram-simple" else None
+
+    cases = [PromptCase("p", "qa", "en", "hello")]
+    runs = list(run_cells(engine, ["ngram-simple", "draft-self"], cases, [0.7], 8, 2, native=tool))  # type: ignore[arg-type]
+    by_repeat = [[mode for seed, mode in engine.order if seed == r] for r in range(2)]
+    assert by_repeat == [
+        ["none", "ngram-simple", "draft-self", "native ngram-simple", "native draft-self"],
+        ["ngram-simple", "draft-self", "native ngram-simple", "native draft-self", "none"],
+    ]
+    native_runs = [r for r in runs if isinstance(r, NativeCellRun)]
+    assert [(r.mode, r.repeat, r.run.tokens_per_s) for r in native_runs] == [
+        ("ngram-simple", 0, 20.0),
+        ("ngram-simple", 1, 21.0),
+    ]
+    assert sum(isinstance(r, Run) for r in runs) == 6
+    mine = [  # localspec's runs of the cells, timed
+        Run(mode, "p", "qa", 0.7, 0, 10, 500.0, 20.0, 0, 0, 1.0, (), 0.0, 0.0)
+        for mode in ("none", "ngram-simple", "draft-self")
+    ]
+    cells = with_native(summarise(mine), native_runs, mine, str)
+    by_mode = {c.mode: c for c in cells}
+    assert by_mode["ngram-simple"].native_tokens_per_s == pytest.approx(20.5)
+    assert by_mode["draft-self"].native_tokens_per_s is None
 
 
 def test_native_ratio_per_cell_and_per_mode() -> None:
@@ -330,3 +370,21 @@ def test_native_ratio_per_cell_and_per_mode() -> None:
         "llama.cpp's tool wrote another answer than plain decoding in 1 cell(s) ('another "
         "text': a near tie went the other way, so the ratio compares two texts)",
     ]
+
+
+def test_a_native_tool_that_fails_leaves_localspecs_runs_and_says_why(
+    capsys, tmp_path: Path, smollm_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The tool fails on its first run: it runs no more, localspec's runs go on and are
+    reported, and the bench ends with one line on why (exit status 2)."""
+    tool = tmp_path / native.TOOL
+    calls = tmp_path / "calls"
+    tool.write_text(f"#!/bin/sh\necho run >> {calls}\necho 'error: failed to load model'\nexit 1\n")
+    tool.chmod(0o755)
+    args = ["bench", str(smollm_path), "--modes", "none,ngram-simple", "--prompts", "qa"]
+    code = main([*args, "-n", "8", "--repeat", "2", "--native", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "the native runs failed" in err
+    assert calls.read_text().split() == ["run"]  # not tried again after it failed
+    assert "ngram-simple" in out and "qa" in out  # the cells measured, with no native figure
+    assert err.count("ngram-simple") >= 2  # both repeats of localspec's runs

@@ -30,7 +30,7 @@ from localspec.concurrency import concurrency_list
 from localspec.errors import LocalspecError
 from localspec.hardware import machine_load
 from localspec.progress import report_console
-from localspec.prompts import select_prompts
+from localspec.prompts import PromptCase, select_prompts
 
 CELL_MODES = "none,ngram-simple"  # --modes without --scenarios
 CELL_PROMPTS = "code-edit,code,qa,summary,creative,french"
@@ -74,86 +74,111 @@ def run(args: argparse.Namespace) -> int:
     console = report_console(stderr=True)  # progress; the results go to standard output
     machine = machine_load()
     console.print(machine.describe())
-    native_error = None
     interrupted = False
     with Engine.load(**options) as engine:
         ceiling = engine.verify_cost().ceiling()
-        runs = []
+        runs: list[bench.Run] = []
+        native_runs: list[bench.NativeCellRun] = []
+        tool = NativeCells(args, engine, options) if args.native else None
         spec_for = partial(run_spec_for, args)
         cells_run = bench.run_cells(
-            engine, modes, prompts, temps, args.n_predict, args.repeat, spec_for=spec_for
-        )
+            engine, modes, prompts, temps, args.n_predict, args.repeat, spec_for=spec_for,
+            native=tool,
+        )  # fmt: skip
         try:
             for run in cells_run:
+                if isinstance(run, bench.NativeCellRun):
+                    native_runs.append(run)
+                    label, speed = f"native {run.mode}", run.run.tokens_per_s
+                else:
+                    runs.append(run)
+                    label, speed = run.mode, run.tokens_per_s
                 console.print(
-                    f"  [{run.repeat + 1}/{args.repeat}] {run.mode:13} {run.prompt:18} "
-                    f"T={run.temperature:g} {run.tokens_per_s:6.1f} tok/s"
+                    f"  [{run.repeat + 1}/{args.repeat}] {label:13} {run.prompt:18} "
+                    f"T={run.temperature:g} {speed:6.1f} tok/s"
                 )
-                runs.append(run)
         except KeyboardInterrupt:
             interrupted = True
             console.print("[yellow]interrupted: the runs so far follow[/]")
         cells = bench.flag_noise(bench.summarise(runs), ceiling)
-        if args.native and not interrupted:
-            try:
-                cells = with_native(args, engine, cells, prompts, options, runs)
-            except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
-                native_error = exc
+        cells = with_native(cells, native_runs, runs, engine.target.detokenize)
     report(args, report_console(), cells, ceiling, engine.target_path.name, machine, interrupted)
-    if native_error is not None:
-        raise LocalspecError(f"the native runs failed: {native_error.message}", native_error.hint)
+    if tool is not None and tool.error is not None:
+        raise LocalspecError(f"the native runs failed: {tool.error.message}", tool.error.hint)
     return 130 if interrupted else 0
 
 
-def with_native(args, engine, cells, prompts, options, runs):  # type: ignore[no-untyped-def]
-    """Median native tok/s per cell (same prompts, rendered with the same chat template);
-    at temperature 0, how many of the cell's prompts the tool answered with another text
-    than localspec's plain decoding (``runs``: the cells' runs, plain ones included)."""
+class NativeCells:
+    """llama.cpp's tool on a cell's prompt (rendered with the same chat template), with the
+    seed localspec's run of that repeat had; after a failure it runs no more, and the bench
+    goes on with localspec's runs (``error`` says why)."""
+
+    def __init__(self, args, engine, options) -> None:  # type: ignore[no-untyped-def]
+        from localspec.hardware import default_threads
+
+        self.args, self.engine = args, engine
+        self.settings = native.NativeSettings(
+            Path(args.native),
+            engine.target_path,
+            engine.draft.path if engine.draft else None,
+            args.n_predict,
+            engine.target.options.n_threads or default_threads(),
+            options["n_ctx"],
+            options["spec"].n_max,
+            engine.target.flash_attn,
+        )
+        self.error: LocalspecError | None = None
+
+    def __call__(
+        self, mode: str, case: PromptCase, temperature: float, seed: int
+    ) -> native.NativeRun | None:
+        from dataclasses import replace
+
+        from localspec.engine.prompting import render_chat
+
+        if self.error is not None or not native.supported(mode):
+            return None
+        settings = replace(self.settings, n_max=run_spec_for(self.args, mode).n_max)
+        text = render_chat(self.engine.target, case.messages)
+        try:
+            return native.run(settings, mode, text, temperature, seed=seed)
+        except LocalspecError as exc:  # the tool broke mid-way: keep what was measured
+            self.error = exc
+            return None
+
+
+def with_native(
+    cells: Sequence[bench.Cell],
+    native_runs: Sequence[bench.NativeCellRun],
+    runs: Sequence[bench.Run],
+    text_of: Callable[[Sequence[int]], str],
+) -> list[bench.Cell]:
+    """Each cell with the median of the tool's runs of it, and at temperature 0 how many of
+    its prompts the tool answered with another text than localspec's plain decoding
+    (``runs``: the cells' runs, plain ones included)."""
     from dataclasses import replace
     from statistics import median
 
-    from localspec.engine.prompting import render_chat
-    from localspec.hardware import default_threads
-
-    settings = native.NativeSettings(
-        Path(args.native),
-        engine.target_path,
-        engine.draft.path if engine.draft else None,
-        args.n_predict,
-        engine.target.options.n_threads or default_threads(),
-        options["n_ctx"],
-        options["spec"].n_max,
-        engine.target.flash_attn,
-    )
-
     out = []
     for cell in cells:
-        if not native.supported(cell.mode):
+        mine = [
+            r
+            for r in native_runs
+            if (r.mode, r.kind, r.temperature) == (cell.mode, cell.kind, cell.temperature)
+        ]
+        if not mine:
             out.append(cell)
             continue
-        mine = [p for p in prompts if p.kind == cell.kind]
-        by_prompt = {
-            p.name: [
-                native.run(
-                    replace(settings, n_max=run_spec_for(args, cell.mode).n_max),
-                    cell.mode,
-                    render_chat(engine.target, p.messages),
-                    cell.temperature,
-                    seed=repeat,  # the seed localspec's run of that repeat had
-                )
-                for repeat in range(args.repeat)
-            ]
-            for p in mine
-        }
-        every = [r for rs in by_prompt.values() for r in rs]
+        by_prompt: dict[str, list[native.NativeRun]] = {}
+        for r in mine:
+            by_prompt.setdefault(r.prompt, []).append(r.run)
         greedy = not cell.temperature
-        texts = native_texts(engine.target.detokenize, by_prompt, runs) if greedy else None
         out.append(
             replace(
                 cell,
-                native_tokens_per_s=median(r.tokens_per_s for r in every),
-                native_drafted=sum(r.drafted for r in every),
-                native_texts=texts,
+                native_tokens_per_s=median(r.run.tokens_per_s for r in mine),
+                native_drafted=sum(r.run.drafted for r in mine),
+                native_texts=native_texts(text_of, by_prompt, runs) if greedy else None,
             )
         )
     return out
