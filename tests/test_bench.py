@@ -302,7 +302,7 @@ def test_the_native_tool_runs_among_localspecs_runs_of_each_prompt() -> None:
     """llama.cpp's tool takes its turns in the rotation beside localspec's modes (a tool run
     minutes later would time another moment of the machine), with the repeat's seed; a mode
     it has no counterpart for is skipped, and its runs make the cells' native figures."""
-    from localspec.commands.bench import with_native
+    from localspec.commands.bench import add_native_figures
 
     engine = Recorder()
 
@@ -327,7 +327,7 @@ def test_the_native_tool_runs_among_localspecs_runs_of_each_prompt() -> None:
         Run(mode, "p", "qa", 0.7, 0, 10, 500.0, 20.0, 0, 0, 1.0, (), 0.0, 0.0)
         for mode in ("none", "ngram-simple", "draft-self")
     ]
-    cells = with_native(summarise(mine), native_runs, mine, str)
+    cells = add_native_figures(summarise(mine), native_runs, mine, str)
     by_mode = {c.mode: c for c in cells}
     assert by_mode["ngram-simple"].native_tokens_per_s == pytest.approx(20.5)
     assert by_mode["draft-self"].native_tokens_per_s is None

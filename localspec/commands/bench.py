@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             interrupted = True
             console.print("[yellow]interrupted: the runs so far follow[/]")
         cells = bench.flag_noise(bench.summarise(runs), ceiling)
-        cells = with_native(cells, native_runs, runs, engine.target.detokenize)
+        cells = add_native_figures(cells, native_runs, runs, engine.target.detokenize)
     report(args, report_console(), cells, ceiling, engine.target_path.name, machine, interrupted)
     if tool is not None and tool.error is not None:
         raise LocalspecError(f"the native runs failed: {tool.error.message}", tool.error.hint)
@@ -147,7 +147,7 @@ class NativeCells:
             return None
 
 
-def with_native(
+def add_native_figures(
     cells: Sequence[bench.Cell],
     native_runs: Sequence[bench.NativeCellRun],
     runs: Sequence[bench.Run],
